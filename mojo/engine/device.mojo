@@ -1,0 +1,145 @@
+"""A device the engine computes on: the host CPU or one GPU.
+
+Memory is addressed by plain integers (a host pointer or a device pointer), the
+way llm.c passes raw pointers: every kernel takes addresses and sizes. The
+`Device` owns each allocation it hands out and frees it on `free` or when the
+device is dropped. A GPU device owns one `DeviceContext`, hence one stream; every
+launch and copy is queued there in order.
+"""
+
+from std.collections import Dict, Optional
+from std.ffi import external_call
+from max.gpu.host import DeviceBuffer, DeviceContext
+from engine.target import HAS_ACCELERATOR
+
+comptime F32Ptr = Pointer[Float32, MutAnyOrigin]
+comptime I32Ptr = Pointer[Int32, MutAnyOrigin]
+comptime BytePtr = Pointer[UInt8, MutAnyOrigin]
+
+
+def f32_at(address: Int) -> F32Ptr:
+    return F32Ptr(unsafe_from_address=address)
+
+
+def i32_at(address: Int) -> I32Ptr:
+    return I32Ptr(unsafe_from_address=address)
+
+
+def bytes_at(address: Int) -> BytePtr:
+    return BytePtr(unsafe_from_address=address)
+
+
+def host_copy(destination: Int, source: Int, size: Int):
+    """libc memcpy between two host addresses."""
+    _ = external_call["memcpy", Int](destination, source, size)
+
+
+def gpu_device_count() -> Int:
+    comptime if HAS_ACCELERATOR:
+        try:
+            return DeviceContext.number_of_devices()
+        except:
+            return 0
+    return 0
+
+
+struct Device(Movable, Writable, Defaultable):
+    """The CPU (ordinal -1) or GPU `ordinal`, with the allocations made on it."""
+
+    var ordinal: Int
+    var context: Optional[DeviceContext]
+    var gpu_buffers: Dict[Int, DeviceBuffer[DType.uint8]]
+    var host_buffers: Dict[Int, Int]  # address -> size, for the CPU device
+
+    def __init__(out self):
+        self.ordinal = -1
+        self.context = None
+        self.gpu_buffers = Dict[Int, DeviceBuffer[DType.uint8]]()
+        self.host_buffers = Dict[Int, Int]()
+
+    def open(mut self, ordinal: Int) raises:
+        """Bind to the CPU (ordinal -1) or to GPU `ordinal`."""
+        if ordinal < 0:
+            self.ordinal = -1
+            return
+        comptime if HAS_ACCELERATOR:
+            var count = gpu_device_count()
+            if ordinal >= count:
+                raise Error("GPU ", ordinal, " does not exist: this machine has ", count, " usable GPU(s)")
+            self.context = DeviceContext(device_id=ordinal)
+            self.ordinal = ordinal
+        else:
+            raise Error("GPU ", ordinal, " requested, but this engine variant was built without accelerator code")
+
+    def is_gpu(self) -> Bool:
+        return self.ordinal >= 0
+
+    def ctx(ref self) -> ref[self.context._value] DeviceContext:
+        return self.context.value()
+
+    def alloc(mut self, size: Int) raises -> Int:
+        """Allocate `size` bytes (at least one) and answer their address."""
+        var n = max(size, 1)
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                var buffer = self.ctx().enqueue_create_buffer[DType.uint8](n)
+                var address = Int(buffer.unsafe_ptr())
+                self.gpu_buffers[address] = buffer^
+                return address
+            raise Error("unreachable: GPU device without accelerator code")
+        var p = alloc[UInt8](n)
+        var address = Int(p)
+        self.host_buffers[address] = n
+        return address
+
+    def free(mut self, address: Int) raises:
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                _ = self.gpu_buffers.pop(address)
+            return
+        _ = self.host_buffers.pop(address)
+        bytes_at(address).unsafe_free()
+
+    def upload(mut self, address: Int, host: Int, size: Int) raises:
+        """Copy `size` bytes from host memory to `address` on this device."""
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                self.ctx().enqueue_copy(bytes_at(address), bytes_at(host), size)
+            return
+        host_copy(address, host, size)
+
+    def download(mut self, host: Int, address: Int, size: Int) raises:
+        """Copy `size` bytes from `address` on this device to host memory, and wait."""
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                self.ctx().enqueue_copy(bytes_at(host), bytes_at(address), size)
+                self.ctx().synchronize()
+            return
+        host_copy(host, address, size)
+
+    def copy(mut self, destination: Int, source: Int, size: Int) raises:
+        """Copy `size` bytes between two addresses of this device."""
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                self.ctx().enqueue_copy(bytes_at(destination), bytes_at(source), size)
+            return
+        host_copy(destination, source, size)
+
+    def synchronize(mut self) raises:
+        if self.is_gpu():
+            comptime if HAS_ACCELERATOR:
+                self.ctx().synchronize()
+
+    def write_to[W: Writer](self, mut writer: W):
+        if self.ordinal < 0:
+            writer.write("Device(cpu)")
+        else:
+            writer.write("Device(gpu:", self.ordinal, ")")
+
+    def write_repr_to[W: Writer](self, mut writer: W):
+        self.write_to(writer)
+
+    def __deinit__(deinit self):
+        for entry in self.host_buffers.items():
+            bytes_at(entry.key).unsafe_free()
+

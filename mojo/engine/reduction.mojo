@@ -1,0 +1,67 @@
+"""The canonical order of every long sum in the engine.
+
+A sum over n values is taken in 32 lanes: lane l adds values l, l+32, l+64, …
+in ascending order, then the lanes are folded by halves (l + l+16, then +8, +4,
++2, +1). One CPU thread or one GPU thread runs exactly this code, so the order
+never depends on the thread schedule. Contractions inside GEMM and attention
+(dot products) are instead sequential `fma` chains over the contraction index.
+"""
+
+from engine.device import F32Ptr
+
+comptime LANES = 32
+
+
+@always_inline
+def fold_lanes(acc: SIMD[DType.float32, LANES]) -> Float32:
+    """Fold 32 partial sums by halves: the fixed tree every reduction ends with."""
+    var v16 = acc.slice[16, offset=0]() + acc.slice[16, offset=16]()
+    var v8 = v16.slice[8, offset=0]() + v16.slice[8, offset=8]()
+    var v4 = v8.slice[4, offset=0]() + v8.slice[4, offset=4]()
+    var v2 = v4.slice[2, offset=0]() + v4.slice[2, offset=2]()
+    return v2[0] + v2[1]
+
+
+@always_inline
+def load_lanes(p: F32Ptr, start: Int, n: Int) -> SIMD[DType.float32, LANES]:
+    """Values p[start : start+32], zero past n (a zero added changes no lane's sum)."""
+    var v = SIMD[DType.float32, LANES](0)
+    if start + LANES <= n:
+        comptime for l in range(LANES):
+            v[l] = p.unsafe_load(start + l)
+    else:
+        for l in range(n - start):
+            v[l] = p.unsafe_load(start + l)
+    return v
+
+
+@always_inline
+def canonical_sum(p: F32Ptr, n: Int) -> Float32:
+    """Σ p[0:n] in the canonical order."""
+    var acc = SIMD[DType.float32, LANES](0)
+    var start = 0
+    while start < n:
+        acc += load_lanes(p, start, n)
+        start += LANES
+    return fold_lanes(acc)
+
+
+@always_inline
+def canonical_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
+    """Σ a[i]·b[i] in the canonical order, each lane a chain of fma."""
+    var acc = SIMD[DType.float32, LANES](0)
+    var start = 0
+    while start < n:
+        acc = load_lanes(a, start, n).fma(load_lanes(b, start, n), acc)
+        start += LANES
+    return fold_lanes(acc)
+
+
+@always_inline
+def canonical_max(p: F32Ptr, n: Int) -> Float32:
+    """max p[0:n] (order-free, but written once here beside the sums)."""
+    var m = p.unsafe_load(0)
+    for i in range(1, n):
+        var x = p.unsafe_load(i)
+        m = x if x > m else m
+    return m

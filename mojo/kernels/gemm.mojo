@@ -1,0 +1,236 @@
+"""fp32 GEMM: C = op(A)·op(B), or C += op(A)·op(B), with op a transpose or not.
+
+    C[m, n] = C0[m, n] + Σ_k a(m, k)·b(k, n)      (C0 = 0 unless accumulating)
+
+The canonical order: every output is one chain of fma over k = 0, 1, …, K−1,
+starting from +0, and C0 is added once at the end. Both launchers keep it:
+the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
+kernel gives each thread an 8×8 block of outputs, each its own chain, while the
+block stages 128×8 and 8×128 tiles of A and B through shared memory.
+
+Layouts (row-major storage): a(m, k) = A[m·K + k], or A[k·M + m] when A is
+stored transposed (K×M); b(k, n) = B[k·N + n], or B[n·K + k] when B is stored
+transposed (N×K). Backward passes need A·B, Aᵀ·B and A·Bᵀ.
+"""
+
+from std.collections import Array
+from std.memory import stack_allocation
+from std.python import PythonObject
+from max.gpu import barrier, block_idx, thread_idx
+from max.gpu.memory import AddressSpace
+from engine.device import F32Ptr, f32_at
+from engine.launch import cpu_parallel_for, device_of
+from engine.target import HAS_ACCELERATOR
+
+
+@always_inline
+def a_index[transpose_a: Bool](m: Int, k: Int, M: Int, K: Int) -> Int:
+    comptime if transpose_a:
+        return k * M + m
+    else:
+        return m * K + k
+
+
+@always_inline
+def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
+    comptime if transpose_b:
+        return n * K + k
+    else:
+        return k * N + n
+
+
+# ---- GPU: 128×128 output tile per block of 256 threads, 8×8 outputs per thread ----------
+
+comptime BM = 128
+comptime BN = 128
+comptime BK = 8
+comptime TM = 8
+comptime TN = 8
+comptime THREADS = (BM // TM) * (BN // TN)
+comptime A_LOADS = BM * BK // THREADS
+comptime B_LOADS = BK * BN // THREADS
+
+
+def gemm_gpu[transpose_a: Bool, transpose_b: Bool](
+    c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64
+):
+    var M = Int(M64)
+    var N = Int(N64)
+    var K = Int(K64)
+    var tid = Int(thread_idx.x)
+    var row0 = Int(block_idx.y) * BM
+    var col0 = Int(block_idx.x) * BN
+    var tr = tid // (BN // TN)
+    var tc = tid % (BN // TN)
+
+    # As[k][m] and Bs[k][n]: both read along their second index in the inner loop.
+    var As = stack_allocation[BK * BM, Float32, address_space=AddressSpace.SHARED]()
+    var Bs = stack_allocation[BK * BN, Float32, address_space=AddressSpace.SHARED]()
+
+    var acc = Array[SIMD[DType.float32, TN], TM](fill=SIMD[DType.float32, TN](0))
+
+    var k0 = 0
+    while k0 < K:
+        # Stage the tiles; consecutive threads read consecutive addresses of the stored layout.
+        comptime for e in range(A_LOADS):
+            var linear = tid + e * THREADS
+            var m: Int
+            var k: Int
+            comptime if transpose_a:
+                k = linear // BM
+                m = linear % BM
+            else:
+                m = linear // BK
+                k = linear % BK
+            var gm = row0 + m
+            var gk = k0 + k
+            var value = Float32(0)
+            if gm < M and gk < K:
+                value = a.unsafe_load(a_index[transpose_a](gm, gk, M, K))
+            As.unsafe_store(k * BM + m, value)
+        comptime for e in range(B_LOADS):
+            var linear = tid + e * THREADS
+            var n: Int
+            var k: Int
+            comptime if transpose_b:
+                n = linear // BK
+                k = linear % BK
+            else:
+                k = linear // BN
+                n = linear % BN
+            var gn = col0 + n
+            var gk = k0 + k
+            var value = Float32(0)
+            if gn < N and gk < K:
+                value = b.unsafe_load(b_index[transpose_b](gk, gn, K, N))
+            Bs.unsafe_store(k * BN + n, value)
+        barrier()
+
+        @always_inline
+        def step(kk: Int) {mut acc, imm As, imm Bs, imm tr, imm tc}:
+            var b_frag = Bs.unsafe_load[width=TN](kk * BN + tc * TN)
+            var a_frag = As.unsafe_load[width=TM](kk * BM + tr * TM)
+            comptime for i in range(TM):
+                acc[i] = SIMD[DType.float32, TN](a_frag[i]).fma(b_frag, acc[i])
+
+        if k0 + BK <= K:
+            comptime for kk in range(BK):
+                step(kk)
+        else:
+            # The last, partial tile stops at K exactly, as the CPU does.
+            for kk in range(K - k0):
+                step(kk)
+        barrier()
+        k0 += BK
+
+    comptime for i in range(TM):
+        var m = row0 + tr * TM + i
+        if m < M:
+            comptime for j in range(TN):
+                var n = col0 + tc * TN + j
+                if n < N:
+                    var value = acc[i][j]
+                    if accumulate != 0:
+                        value = c.unsafe_load(m * N + n) + value
+                    c.unsafe_store(m * N + n, value)
+
+
+# ---- CPU: 4×16 register blocks over a packed 16-column panel of B ------------------------
+
+comptime MR = 4
+comptime NR = 16
+comptime ROWS_PER_TASK = 64
+
+
+@always_inline
+def cpu_micro_kernel[rows: Int, transpose_a: Bool](
+    c: F32Ptr, a: F32Ptr, panel: F32Ptr, m0: Int, n0: Int, M: Int, N: Int, K: Int, accumulate: Bool
+):
+    """`rows` (≤ MR) rows × NR columns of C from A and the packed panel (K × NR)."""
+    var lo = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
+    var hi = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
+    for k in range(K):
+        var b_lo = panel.unsafe_load[width=8](k * NR)
+        var b_hi = panel.unsafe_load[width=8](k * NR + 8)
+        comptime for r in range(rows):
+            var a_value = SIMD[DType.float32, 8](a.unsafe_load(a_index[transpose_a](m0 + r, k, M, K)))
+            lo[r] = a_value.fma(b_lo, lo[r])
+            hi[r] = a_value.fma(b_hi, hi[r])
+    comptime for r in range(rows):
+        var m = m0 + r
+        for j in range(min(NR, N - n0)):
+            var value = lo[r][j] if j < 8 else hi[r][j - 8]
+            if accumulate:
+                value = c.unsafe_load(m * N + n0 + j) + value
+            c.unsafe_store(m * N + n0 + j, value)
+
+
+def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
+    c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool
+):
+    var column_blocks = (N + NR - 1) // NR
+    var row_tasks = (M + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+
+    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm accumulate, imm column_blocks}:
+        var panel = f32_at(Int(alloc[Float32](max(K, 1) * NR)))
+        for task in range(begin, end):
+            var n0 = (task % column_blocks) * NR
+            var m_begin = (task // column_blocks) * ROWS_PER_TASK
+            var m_end = min(M, m_begin + ROWS_PER_TASK)
+            # Pack b(k, n0:n0+16) contiguously, zero past N (those lanes are never stored).
+            for k in range(K):
+                for j in range(NR):
+                    var n = n0 + j
+                    panel.unsafe_store(k * NR + j, b.unsafe_load(b_index[transpose_b](k, n, K, N)) if n < N else Float32(0))
+            var m0 = m_begin
+            while m0 + MR <= m_end:
+                cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, accumulate)
+                m0 += MR
+            while m0 < m_end:
+                cpu_micro_kernel[1, transpose_a](c, a, panel, m0, n0, M, N, K, accumulate)
+                m0 += 1
+        panel.unsafe_free()
+
+    cpu_parallel_for(task_range, column_blocks * row_tasks)
+
+
+# ---- dispatch ---------------------------------------------------------------------------
+
+def gemm_on[transpose_a: Bool, transpose_b: Bool](
+    device: PythonObject, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool
+) raises:
+    var dev = device_of(device)
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b]](
+                c, a, b, Int64(M), Int64(N), Int64(K), Int64(1 if accumulate else 0),
+                grid_dim=((N + BN - 1) // BN, (M + BM - 1) // BM),
+                block_dim=THREADS,
+            )
+        return
+    gemm_cpu[transpose_a, transpose_b](c, a, b, M, N, K, accumulate)
+
+
+def gemm(
+    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
+    M: PythonObject, N: PythonObject, K: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject,
+) raises -> PythonObject:
+    var cp = f32_at(Int(py=c))
+    var ap = f32_at(Int(py=a))
+    var bp = f32_at(Int(py=b))
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    var acc = Bool(py=accumulate)
+    var ta = Bool(py=transpose_a)
+    var tb = Bool(py=transpose_b)
+    if ta and tb:
+        raise Error("gemm: transposing both A and B is not supported")
+    if ta:
+        gemm_on[True, False](device, cp, ap, bp, m, n, k, acc)
+    elif tb:
+        gemm_on[False, True](device, cp, ap, bp, m, n, k, acc)
+    else:
+        gemm_on[False, False](device, cp, ap, bp, m, n, k, acc)
+    return PythonObject(None)

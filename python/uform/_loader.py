@@ -1,0 +1,103 @@
+"""Find and load the engine variant that matches this machine.
+
+The engine is built once per target (``uform._build``). At import we look for a
+usable GPU (NVIDIA through the driver library, AMD through the KFD topology),
+load the matching variant if it was built, and otherwise fall back to the CPU
+variant with a message that says why. ``UFORM_ENGINE_VARIANT`` names a variant
+explicitly (``cpu`` forces the CPU build).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from . import _build
+
+NVIDIA_VARIANTS = {(9, 0): "sm_90a", (8, 0): "sm_80"}
+AMD_VARIANTS = {"90402": "gfx942"}
+
+
+def nvidia_capability() -> tuple[int, int] | None:
+    """Compute capability of the first NVIDIA GPU, or None when no driver answers."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return None
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, 0)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+    cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, 0)  # ..._MINOR
+    return major.value, minor.value
+
+
+def amd_target_version() -> str | None:
+    nodes = Path("/sys/class/kfd/kfd/topology/nodes")
+    if not Path("/dev/kfd").exists() or not nodes.is_dir():
+        return None
+    for properties in sorted(nodes.glob("*/properties")):
+        for line in properties.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "gfx_target_version" and value.strip() not in ("", "0"):
+                return value.strip()
+    return None
+
+
+def wanted_variant() -> tuple[str, str]:
+    """The variant this machine should run, and a sentence saying why."""
+    forced = os.environ.get("UFORM_ENGINE_VARIANT")
+    if forced:
+        return forced, f"UFORM_ENGINE_VARIANT={forced}"
+    capability = nvidia_capability()
+    if capability is not None:
+        variant = NVIDIA_VARIANTS.get(capability) or NVIDIA_VARIANTS.get((capability[0], 0))
+        if variant:
+            return variant, f"NVIDIA GPU of compute capability {capability[0]}.{capability[1]}"
+        return "cpu", f"NVIDIA GPU of compute capability {capability[0]}.{capability[1]} has no engine variant"
+    amd = amd_target_version()
+    if amd is not None:
+        if amd in AMD_VARIANTS:
+            return AMD_VARIANTS[amd], f"AMD GPU gfx target {amd}"
+        return "cpu", f"AMD GPU gfx target {amd} has no engine variant"
+    return "cpu", "no GPU found"
+
+
+def load_variant(variant: str):
+    folder = _build.VARIANTS_DIR / variant
+    module_path = folder / "_engine.so"
+    if not module_path.exists():
+        raise ImportError(
+            f"the uform engine variant {variant!r} is not built ({module_path} is missing); "
+            f"build it with: python python/uform/_build.py --target {variant}"
+        )
+    # The runtime libraries sit beside the module; load them first so the module resolves against them.
+    for name in _build.RUNTIME_LIBRARIES:
+        library = folder / name
+        if library.exists():
+            ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    spec = importlib.util.spec_from_file_location("uform._engine", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["uform._engine"] = module
+    return module
+
+
+def load_engine():
+    """Load the best usable variant: the machine's GPU build, else the CPU build."""
+    variant, reason = wanted_variant()
+    if variant != "cpu":
+        try:
+            module = load_variant(variant)
+            if module.gpu_count() > 0:
+                return module, variant
+            reason += f", but the '{variant}' engine finds no usable device"
+        except ImportError as error:
+            reason += f", but {error}"
+        warnings.warn(f"uform: {reason}; falling back to the CPU engine", RuntimeWarning, stacklevel=3)
+    return load_variant("cpu"), "cpu"

@@ -1,0 +1,119 @@
+"""Devices and device buffers: the host side of the Mojo engine.
+
+The engine (``uform._engine``) addresses memory by integers. This module gives
+those integers an owner: a :class:`Buffer` is an allocation of a known shape and
+dtype on one :class:`Device`, freed when the buffer is collected. Numpy arrays go
+in with :meth:`Device.put` and come back with :meth:`Buffer.numpy`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from ._loader import load_engine
+
+_engine, ENGINE_VARIANT = load_engine()
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8))
+
+
+def gpu_count() -> int:
+    """GPUs the loaded engine variant can use (0 for the CPU variant)."""
+    return int(_engine.gpu_count())
+
+
+class Device:
+    """The host CPU (``Device.cpu()``) or one GPU (``Device.gpu(i)``)."""
+
+    def __init__(self, ordinal: int = -1):
+        self._handle = _engine.Device()
+        try:
+            self._handle.open(int(ordinal))
+        except Exception as error:  # the engine raises a plain Exception with its message
+            raise RuntimeError(f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: {error}") from None
+        self.ordinal = int(ordinal)
+
+    @classmethod
+    def cpu(cls) -> Device:
+        return cls(-1)
+
+    @classmethod
+    def gpu(cls, ordinal: int = 0) -> Device:
+        if ordinal < 0:
+            raise ValueError(f"GPU ordinal must be >= 0, got {ordinal}")
+        return cls(ordinal)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.ordinal >= 0
+
+    @property
+    def name(self) -> str:
+        return f"gpu:{self.ordinal}" if self.is_gpu else "cpu"
+
+    def __repr__(self) -> str:
+        return f"Device({self.name})"
+
+    def empty(self, shape, dtype=np.float32) -> Buffer:
+        return Buffer(self, shape, dtype)
+
+    def zeros(self, shape, dtype=np.float32) -> Buffer:
+        return self.put(np.zeros(shape, dtype))
+
+    def put(self, array) -> Buffer:
+        """A new buffer on this device holding a copy of ``array``."""
+        array = np.ascontiguousarray(array)
+        buffer = Buffer(self, array.shape, array.dtype)
+        buffer.write(array)
+        return buffer
+
+    def synchronize(self) -> None:
+        self._handle.synchronize()
+
+    def copy(self, destination: Buffer, source: Buffer) -> None:
+        if destination.nbytes != source.nbytes:
+            raise ValueError(f"copy between buffers of {source.nbytes} and {destination.nbytes} bytes")
+        self._handle.copy(destination.address, source.address, source.nbytes)
+
+
+class Buffer:
+    """One allocation on a device, with a shape and a dtype."""
+
+    def __init__(self, device: Device, shape, dtype=np.float32):
+        dtype = np.dtype(dtype)
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"unsupported buffer dtype {dtype}; use one of {[str(d) for d in SUPPORTED_DTYPES]}")
+        self.device = device
+        self.shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+        self.dtype = dtype
+        self.address = int(device._handle.alloc(self.nbytes))
+
+    @cached_property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def write(self, array) -> None:
+        array = np.ascontiguousarray(array, dtype=self.dtype)
+        if array.size != self.size:
+            raise ValueError(f"cannot write {array.size} values into a buffer of shape {self.shape}")
+        self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
+        return out
+
+    def __del__(self):
+        address = getattr(self, "address", None)
+        if address is not None:
+            self.device._handle.free(address)
+            self.address = None
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.device.name}, shape={self.shape}, dtype={self.dtype})"
