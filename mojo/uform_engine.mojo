@@ -8,9 +8,9 @@ from std.os import abort
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, gpu_device_count
-from engine.launch import device_of
+from engine.launch import device_of, launch_from_python
 from engine.target import HAS_ACCELERATOR
-from kernels import gemm, pointwise
+from kernels import adamw, attention, embedding, gemm, norms, pointwise, rotary
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -82,11 +82,26 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[gemm.gemm]("gemm")
-        m.def_function[pointwise.unary_math]("unary_math")
-        m.def_function[pointwise.silu_forward]("silu_forward")
-        m.def_function[pointwise.silu_backward]("silu_backward")
-        m.def_function[pointwise.add]("add")
-        m.def_function[pointwise.scale]("scale")
+        m.def_function[launch_from_python[pointwise.unary_math]]("unary_math")
+        m.def_function[launch_from_python[pointwise.silu_backward]]("silu_backward")
+        m.def_function[launch_from_python[pointwise.add]]("add")
+        m.def_function[launch_from_python[pointwise.scale]]("scale")
+        m.def_function[launch_from_python[norms.rmsnorm_forward]]("rmsnorm_forward")
+        m.def_function[launch_from_python[norms.rmsnorm_backward]]("rmsnorm_backward")
+        m.def_function[launch_from_python[norms.softmax_forward]]("softmax_forward")
+        m.def_function[launch_from_python[norms.softmax_backward]]("softmax_backward")
+        m.def_function[launch_from_python[norms.cross_entropy]]("cross_entropy")
+        m.def_function[launch_from_python[norms.column_partial_sums]]("column_partial_sums")
+        m.def_function[launch_from_python[norms.column_sums_finish]]("column_sums_finish")
+        m.def_function[launch_from_python[attention.attention_forward]]("attention_forward")
+        m.def_function[launch_from_python[attention.attention_backward_delta]]("attention_backward_delta")
+        m.def_function[launch_from_python[attention.attention_backward_dq]]("attention_backward_dq")
+        m.def_function[launch_from_python[attention.attention_backward_dv]]("attention_backward_dv")
+        m.def_function[launch_from_python[attention.attention_backward_dk]]("attention_backward_dk")
+        m.def_function[launch_from_python[rotary.rotary]]("rotary")
+        m.def_function[launch_from_python[embedding.embedding_forward]]("embedding_forward")
+        m.def_function[launch_from_python[embedding.embedding_backward]]("embedding_backward")
+        m.def_function[launch_from_python[adamw.adamw]]("adamw")
         return m.finalize()
     except e:
         abort(String("failed to create module _engine: ", e))

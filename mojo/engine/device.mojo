@@ -100,28 +100,34 @@ struct Device(Movable, Writable, Defaultable):
         _ = self.host_buffers.pop(address)
         bytes_at(address).unsafe_free()
 
+    def allocation(mut self, address: Int, size: Int) raises -> DeviceBuffer[DType.uint8]:
+        """The first `size` bytes of the GPU allocation that starts at `address`."""
+        if address not in self.gpu_buffers:
+            raise Error("address ", address, " is not the start of an allocation on ", self)
+        return self.gpu_buffers[address].create_sub_buffer[DType.uint8](0, size)
+
     def upload(mut self, address: Int, host: Int, size: Int) raises:
-        """Copy `size` bytes from host memory to `address` on this device."""
+        """Copy `size` bytes from host memory to the allocation at `address`."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().enqueue_copy(bytes_at(address), bytes_at(host), size)
+                self.ctx().enqueue_copy(self.allocation(address, size), bytes_at(host))
             return
         host_copy(address, host, size)
 
     def download(mut self, host: Int, address: Int, size: Int) raises:
-        """Copy `size` bytes from `address` on this device to host memory, and wait."""
+        """Copy `size` bytes from the allocation at `address` to host memory, and wait."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().enqueue_copy(bytes_at(host), bytes_at(address), size)
+                self.ctx().enqueue_copy(bytes_at(host), self.allocation(address, size))
                 self.ctx().synchronize()
             return
         host_copy(host, address, size)
 
     def copy(mut self, destination: Int, source: Int, size: Int) raises:
-        """Copy `size` bytes between two addresses of this device."""
+        """Copy `size` bytes between two allocations of this device."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().enqueue_copy(bytes_at(destination), bytes_at(source), size)
+                self.ctx().enqueue_copy(self.allocation(destination, size), self.allocation(source, size))
             return
         host_copy(destination, source, size)
 

@@ -36,6 +36,19 @@ def is_nan(x: Float32) -> Bool:
     return x != x
 
 
+comptime CANONICAL_NAN = UInt32(0x7FC00000)
+
+
+@always_inline
+def canonical(x: Float32) -> Float32:
+    """x, or the one quiet NaN 0x7FC00000 if x is any NaN.
+
+    An x86 CPU propagates a NaN operand's payload and sign, an NVIDIA GPU answers
+    0x7FFFFFFF: so every function here canonicalises its NaN results.
+    """
+    return from_bits(CANONICAL_NAN) if x != x else x
+
+
 @always_inline
 def scale_by_power_of_two(x: Float32, n: Int32) -> Float32:
     """x · 2^n for n in [-252, 254], through two exact multiplications (no ldexp call)."""
@@ -50,22 +63,22 @@ def sqrt_rn(x: Float32) -> Float32:
     """The correctly rounded square root (IEEE 754 `sqrt`)."""
     comptime if is_nvidia_gpu():
         # The default GPU lowering is an approximation; sqrt.rn is the IEEE operation.
-        return llvm_intrinsic["llvm.nvvm.sqrt.rn.f", Float32](x)
+        return canonical(llvm_intrinsic["llvm.nvvm.sqrt.rn.f", Float32](x))
     else:
-        return sqrt(x)
+        return canonical(sqrt(x))
 
 
 @always_inline
 def rsqrt(x: Float32) -> Float32:
     """1/√x as two correctly rounded operations."""
-    return Float32(1) / sqrt_rn(x)
+    return canonical(Float32(1) / sqrt_rn(x))
 
 
 @always_inline
 def exp(x: Float32) -> Float32:
     """e^x: x = n·ln2 + r with |r| ≤ ln2/2, e^r by a degree-7 Taylor polynomial, then ·2^n."""
     if is_nan(x):
-        return x
+        return from_bits(CANONICAL_NAN)
     if x > Float32(88.72284):
         return INF
     if x < Float32(-103.97208):
@@ -88,7 +101,7 @@ def exp(x: Float32) -> Float32:
 def log(x: Float32) -> Float32:
     """ln x: x = 2^e · m with m in [√½, √2), ln m = 2·atanh(s) with s = (m−1)/(m+1)."""
     if is_nan(x) or x < Float32(0):
-        return from_bits(0x7FC00000)
+        return from_bits(CANONICAL_NAN)
     if x == Float32(0):
         return -INF
     if x == INF:
@@ -123,9 +136,9 @@ def log1p(x: Float32) -> Float32:
     var u = Float32(1) + x
     if u == Float32(1):
         return x
-    if u == INF or is_nan(u):
+    if u == INF or is_nan(u) or u < Float32(0):
         return log(u)
-    return log(u) * (x / (u - Float32(1)))
+    return canonical(log(u) * (x / (u - Float32(1))))
 
 
 @always_inline
@@ -134,7 +147,7 @@ def sigmoid(x: Float32) -> Float32:
     if x >= Float32(0):
         return Float32(1) / (Float32(1) + exp(-x))
     var e = exp(x)
-    return e / (Float32(1) + e)
+    return canonical(e / (Float32(1) + e))
 
 
 @always_inline
@@ -142,17 +155,16 @@ def softplus(x: Float32) -> Float32:
     """ln(1 + e^x) = max(x, 0) + log1p(e^−|x|)."""
     var a = x if x >= Float32(0) else -x
     var m = x if x > Float32(0) else Float32(0)
-    return m + log1p(exp(-a))
+    return canonical(m + log1p(exp(-a)))
 
 
 @always_inline
 def silu(x: Float32) -> Float32:
     """x·σ(x), the MLP activation of both models."""
-    return x * sigmoid(x)
+    return canonical(x * sigmoid(x))
 
 
 @always_inline
 def silu_derivative(x: Float32) -> Float32:
-    """d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))."""
-    var s = sigmoid(x)
-    return s * fma(x, Float32(1) - s, Float32(1))
+    """d/dx x·σ(x) = σ(x)·(1 + x·σ(−x)); σ(−x) rather than 1 − σ(x) keeps its low bits."""
+    return canonical(sigmoid(x) * fma(x, sigmoid(-x), Float32(1)))

@@ -23,43 +23,40 @@ def fold_lanes(acc: SIMD[DType.float32, LANES]) -> Float32:
 
 
 @always_inline
-def load_lanes(p: F32Ptr, start: Int, n: Int) -> SIMD[DType.float32, LANES]:
-    """Values p[start : start+32], zero past n (a zero added changes no lane's sum)."""
-    var v = SIMD[DType.float32, LANES](0)
-    if start + LANES <= n:
+def canonical_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
+    """Σ value(i) for i in [0, n) in the canonical order."""
+    var acc = SIMD[DType.float32, LANES](0)
+    var start = 0
+    while start + LANES <= n:
         comptime for l in range(LANES):
-            v[l] = p.unsafe_load(start + l)
-    else:
-        for l in range(n - start):
-            v[l] = p.unsafe_load(start + l)
-    return v
+            acc[l] += value(start + l)
+        start += LANES
+    for l in range(n - start):
+        acc[l] += value(start + l)
+    return fold_lanes(acc)
 
 
 @always_inline
 def canonical_sum(p: F32Ptr, n: Int) -> Float32:
     """Σ p[0:n] in the canonical order."""
-    var acc = SIMD[DType.float32, LANES](0)
-    var start = 0
-    while start < n:
-        acc += load_lanes(p, start, n)
-        start += LANES
-    return fold_lanes(acc)
+    def value(i: Int) {imm p} -> Float32:
+        return p.unsafe_load(i)
+
+    return canonical_reduce(value, n)
 
 
 @always_inline
 def canonical_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
-    """Σ a[i]·b[i] in the canonical order, each lane a chain of fma."""
-    var acc = SIMD[DType.float32, LANES](0)
-    var start = 0
-    while start < n:
-        acc = load_lanes(a, start, n).fma(load_lanes(b, start, n), acc)
-        start += LANES
-    return fold_lanes(acc)
+    """Σ a[i]·b[i] in the canonical order (each product rounded, then added)."""
+    def value(i: Int) {imm a, imm b} -> Float32:
+        return a.unsafe_load(i) * b.unsafe_load(i)
+
+    return canonical_reduce(value, n)
 
 
 @always_inline
-def canonical_max(p: F32Ptr, n: Int) -> Float32:
-    """max p[0:n] (order-free, but written once here beside the sums)."""
+def row_max(p: F32Ptr, n: Int) -> Float32:
+    """max p[0:n]; the order does not change a maximum, NaN aside."""
     var m = p.unsafe_load(0)
     for i in range(1, n):
         var x = p.unsafe_load(i)

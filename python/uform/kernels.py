@@ -1,12 +1,15 @@
 """Every engine kernel, callable on device buffers.
 
 These are thin, checked wrappers over ``uform._engine``: they verify that the
-buffers live on one device and have the shapes the kernel reads, then pass
+buffers live on one device and hold the sizes the kernel reads, then pass
 addresses and sizes down. The trainers compose them; the tests call them on
-numpy data through :func:`uform.Device.put` and :meth:`uform.Buffer.numpy`.
+numpy data through :meth:`uform.Device.put` and :meth:`uform.Buffer.numpy`.
+The math of each kernel is written beside its body in ``mojo/kernels/``.
 """
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -17,6 +20,9 @@ UNARY_OPS = {
     "exp": 0, "log": 1, "log1p": 2, "sqrt": 3, "rsqrt": 4,
     "sigmoid": 5, "softplus": 6, "silu": 7, "silu_derivative": 8,
 }
+
+COLUMN_CHUNK = 256  # rows per partial sum of `column_sum` (mojo/kernels/norms.mojo)
+MAX_HEAD_DIM = 128
 
 
 def _device(*buffers: Buffer):
@@ -34,43 +40,224 @@ def _expect(buffer: Buffer, name: str, size: int, dtype=np.float32) -> None:
         raise ValueError(f"{name} must hold {size} values, holds {buffer.size} (shape {buffer.shape})")
 
 
+def _launch(kernel: str, n: int, buffers, sizes=(), scalars=()) -> None:
+    """Run an index kernel over [0, n): addresses of `buffers` (None → 0), sizes, float scalars."""
+    device = _device(*[b for b in buffers if b is not None])
+    addresses = [0 if b is None else b.address for b in buffers]
+    getattr(_engine, kernel)(device._handle, int(n), addresses, [int(s) for s in sizes], [float(x) for x in scalars])
+
+
+def _f32_bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+# ---- element-wise --------------------------------------------------------------------------
+
 def unary(op: str, y: Buffer, x: Buffer) -> None:
-    """y = op(x) element-wise, with the engine's portable math (see UNARY_OPS)."""
+    """y = op(x) element-wise with the engine's portable math (see UNARY_OPS)."""
     if op not in UNARY_OPS:
         raise ValueError(f"unknown unary op {op!r}; choose one of {sorted(UNARY_OPS)}")
-    device = _device(y, x)
     _expect(y, "y", x.size)
-    _engine.unary_math(device._handle, UNARY_OPS[op], x.size, y.address, x.address)
+    _launch("unary_math", x.size, [y, x], [UNARY_OPS[op]])
+
+
+def silu(y: Buffer, x: Buffer) -> None:
+    unary("silu", y, x)
 
 
 def silu_backward(dx: Buffer, x: Buffer, dy: Buffer) -> None:
-    device = _device(dx, x, dy)
+    """dx = dy · silu'(x)."""
     _expect(dx, "dx", x.size)
     _expect(dy, "dy", x.size)
-    _engine.silu_backward(device._handle, x.size, dx.address, x.address, dy.address)
+    _launch("silu_backward", x.size, [dx, x, dy])
 
 
 def add(y: Buffer, a: Buffer, b: Buffer) -> None:
-    device = _device(y, a, b)
+    """y = a + b (y may be a or b)."""
     _expect(y, "y", a.size)
     _expect(b, "b", a.size)
-    _engine.add(device._handle, a.size, y.address, a.address, b.address)
+    _launch("add", a.size, [y, a, b])
 
 
 def scale(y: Buffer, x: Buffer, alpha: float) -> None:
-    device = _device(y, x)
     _expect(y, "y", x.size)
-    _engine.scale(device._handle, x.size, y.address, x.address, float(alpha))
+    _launch("scale", x.size, [y, x], scalars=[alpha])
 
+
+# ---- GEMM ----------------------------------------------------------------------------------
 
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
          transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
     """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b)."""
     if transpose_a and transpose_b:
         raise ValueError("gemm supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
+    if min(m, n, k) < 1:
+        raise ValueError(f"gemm sizes must be positive, got m={m}, n={n}, k={k}")
     device = _device(c, a, b)
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
     _engine.gemm(device._handle, c.address, a.address, b.address, m, n, k,
                  bool(transpose_a), bool(transpose_b), bool(accumulate))
+
+
+# ---- rows ------------------------------------------------------------------------------------
+
+def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float) -> None:
+    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…)."""
+    width = weight.size
+    rows = x.size // width
+    _expect(x, "x", rows * width)
+    _expect(y, "y", rows * width)
+    _expect(rstd, "rstd", rows)
+    _launch("rmsnorm_forward", rows, [y, rstd, x, weight], [width], [eps])
+
+
+def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer) -> None:
+    """dx of RMSNorm, and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
+    width = weight.size
+    rows = x.size // width
+    for name, buffer in (("dx", dx), ("dweight_rows", dweight_rows), ("dy", dy)):
+        _expect(buffer, name, rows * width)
+    _expect(rstd, "rstd", rows)
+    _launch("rmsnorm_backward", rows, [dx, dweight_rows, dy, x, weight, rstd], [width])
+
+
+def softmax_forward(y: Buffer, x: Buffer, width: int) -> None:
+    _expect(y, "y", x.size)
+    _launch("softmax_forward", x.size // width, [y, x], [width])
+
+
+def softmax_backward(dx: Buffer, y: Buffer, dy: Buffer, width: int) -> None:
+    _expect(dx, "dx", y.size)
+    _expect(dy, "dy", y.size)
+    _launch("softmax_backward", y.size // width, [dx, y, dy], [width])
+
+
+def cross_entropy(losses: Buffer, dlogits: Buffer | None, logits: Buffer, targets: Buffer, grad_scale: float = 1.0) -> None:
+    """Per row: loss = logsumexp(z) − z[target]; dlogits = (softmax(z) − onehot)·grad_scale. Target < 0 is ignored."""
+    rows = targets.size
+    vocab = logits.size // rows
+    _expect(targets, "targets", rows, np.int32)
+    _expect(logits, "logits", rows * vocab)
+    _expect(losses, "losses", rows)
+    if dlogits is not None:
+        _expect(dlogits, "dlogits", rows * vocab)
+    _launch("cross_entropy", rows, [losses, dlogits, logits, targets], [vocab], [grad_scale])
+
+
+def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: bool = False) -> None:
+    """out[c] (+)= Σ_r x[r, c], in two fixed stages of COLUMN_CHUNK rows."""
+    _expect(x, "x", rows * columns)
+    _expect(out, "out", columns)
+    chunks = -(-rows // COLUMN_CHUNK)
+    partial = out.device.empty((chunks, columns))
+    _launch("column_partial_sums", chunks * columns, [partial, x], [rows, columns])
+    _launch("column_sums_finish", columns, [out, partial], [chunks, columns, int(accumulate)])
+
+
+# ---- attention -------------------------------------------------------------------------------
+
+def _attention_sizes(q: Buffer, k: Buffer, seq_len: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {head_dim} exceeds the kernel's limit of {MAX_HEAD_DIM}")
+    if heads % kv_heads:
+        raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    tokens = q.size // (heads * head_dim)
+    if tokens % seq_len:
+        raise ValueError(f"{tokens} tokens do not split into sequences of {seq_len}")
+    _expect(q, "q", tokens * heads * head_dim)
+    _expect(k, "k", tokens * kv_heads * head_dim)
+    return tokens
+
+
+def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, seq_len: int, heads: int,
+                      kv_heads: int, head_dim: int, causal: bool, segments: Buffer | None = None) -> None:
+    """o = softmax(q·kᵀ/√D + mask)·v per head; lse keeps each query's log-sum-exp for the backward."""
+    tokens = _attention_sizes(q, k, seq_len, heads, kv_heads, head_dim)
+    _expect(v, "v", k.size)
+    _expect(o, "o", q.size)
+    _expect(lse, "lse", tokens * heads)
+    if segments is not None:
+        _expect(segments, "segments", tokens, np.int32)
+    _launch("attention_forward", tokens * heads, [o, lse, q, k, v, segments],
+            [seq_len, heads, kv_heads, head_dim], [head_dim ** -0.5, float(causal)])
+
+
+def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
+                       k: Buffer, v: Buffer, *, seq_len: int, heads: int, kv_heads: int, head_dim: int,
+                       causal: bool, segments: Buffer | None = None) -> None:
+    """Gradients of attention_forward with respect to q, k and v."""
+    tokens = _attention_sizes(q, k, seq_len, heads, kv_heads, head_dim)
+    for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
+        _expect(buffer, name, like.size)
+    sizes = [seq_len, heads, kv_heads, head_dim]
+    scalars = [head_dim ** -0.5, float(causal)]
+    delta = q.device.empty((tokens, heads))
+    _launch("attention_backward_delta", tokens * heads, [delta, d_out, o], sizes, scalars)
+    _launch("attention_backward_dq", tokens * heads, [dq, d_out, q, k, v, segments, lse, delta], sizes, scalars)
+    _launch("attention_backward_dv", tokens * kv_heads, [dv, d_out, q, k, lse, segments], sizes, scalars)
+    _launch("attention_backward_dk", tokens * kv_heads, [dk, d_out, q, k, v, lse, delta, segments], sizes, scalars)
+
+
+# ---- rotary positions ------------------------------------------------------------------------
+
+def rotary_tables(max_positions: int, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of t·base^(−2i/D), computed in float64 and rounded once to float32."""
+    if head_dim % 2:
+        raise ValueError(f"rotary positions need an even head_dim, got {head_dim}")
+    inverse_frequency = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.arange(max_positions, dtype=np.float64)[:, None] * inverse_frequency[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int, head_dim: int,
+           inverse: bool = False) -> None:
+    """Rotate each head vector of x in place by its token's position (inverse: the backward)."""
+    tokens = positions.size
+    _expect(x, "x", tokens * heads * head_dim)
+    _expect(positions, "positions", tokens, np.int32)
+    _launch("rotary", tokens * heads, [x, positions, cos, sin], [heads, head_dim], [-1.0 if inverse else 1.0])
+
+
+# ---- embedding ---------------------------------------------------------------------------------
+
+def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int) -> None:
+    _expect(ids, "ids", ids.size, np.int32)
+    _expect(out, "out", ids.size * width)
+    _launch("embedding_forward", ids.size, [out, table, ids], [width])
+
+
+def embedding_groups(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens grouped by id for the backward: a stable order and CSR offsets (int32)."""
+    ids = np.asarray(ids).reshape(-1)
+    order = np.argsort(ids, kind="stable").astype(np.int32)
+    offsets = np.zeros(vocab_size + 1, np.int32)
+    np.cumsum(np.bincount(ids, minlength=vocab_size), out=offsets[1:])
+    return order, offsets
+
+
+def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Buffer, width: int, *,
+                       accumulate: bool = False) -> None:
+    """dtable[v] (+)= Σ of d_out over the tokens of id v, in ascending token order."""
+    vocab = offsets.size - 1
+    _expect(dtable, "dtable", vocab * width)
+    _expect(order, "order", order.size, np.int32)
+    _expect(d_out, "d_out", order.size * width)
+    _launch("embedding_backward", vocab, [dtable, d_out, order, offsets], [width, int(accumulate)])
+
+
+# ---- AdamW ----------------------------------------------------------------------------------------
+
+def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,
+          betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    """One AdamW update (PyTorch's form) of `params` in place; step counts from 1."""
+    if step < 1:
+        raise ValueError(f"AdamW step counts from 1, got {step}")
+    for name, buffer in (("grads", grads), ("m", m), ("v", v)):
+        _expect(buffer, name, params.size)
+    beta1, beta2 = betas
+    sqrt_c2 = np.float32(np.sqrt(1.0 - beta2 ** step))
+    _launch("adamw", params.size, [params, grads, m, v],
+            [_f32_bits(float(sqrt_c2)), _f32_bits(eps), _f32_bits(1.0 - beta1), _f32_bits(1.0 - beta2)],
+            [beta1, beta2, 1.0 - lr * weight_decay, lr / (1.0 - beta1 ** step)])

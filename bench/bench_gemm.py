@@ -1,0 +1,59 @@
+"""fp32 GEMM throughput: the engine's identical-numerics GEMM against PyTorch (TF32 off) on
+the GPU and against numpy on the CPU, measured in the same run. Figure: bench/RESULTS.md."""
+
+import numpy as np
+
+import uform
+from common import arguments, median_seconds, write_results
+from uform import kernels as K
+
+
+def tflops(n: int, seconds: float) -> float:
+    return 2 * n**3 / seconds / 1e12
+
+
+def gpu_rows(sizes):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    device = uform.Device.gpu(0)
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        ab, bb, cb = device.put(a), device.put(b), device.empty((n, n))
+        ours = median_seconds(lambda: K.gemm(cb, ab, bb, n, n, n), device.synchronize, repeats=5)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        theirs = median_seconds(lambda: torch.matmul(ta, tb), torch.cuda.synchronize, repeats=5)
+        rows.append({"device": "gpu", "n": n, "uform_tflops": round(tflops(n, ours), 2),
+                     "torch_fp32_tflops": round(tflops(n, theirs), 2), "ratio": round(theirs / ours, 3)})
+    return rows
+
+
+def cpu_rows(sizes):
+    device = uform.Device.cpu()
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        ab, bb, cb = device.put(a), device.put(b), device.empty((n, n))
+        ours = median_seconds(lambda: K.gemm(cb, ab, bb, n, n, n), device.synchronize, repeats=3)
+        theirs = median_seconds(lambda: a @ b, lambda: None, repeats=3)
+        rows.append({"device": "cpu", "n": n, "uform_gflops": round(tflops(n, ours) * 1e3, 1),
+                     "numpy_gflops": round(tflops(n, theirs) * 1e3, 1), "ratio": round(theirs / ours, 3)})
+    return rows
+
+
+def main():
+    args = arguments(__doc__)
+    rows = cpu_rows([256, 512] if args.quick else [512, 1024, 2048])
+    if uform.gpu_count() > 0:
+        rows += gpu_rows([1024] if args.quick else [4096, 8192])
+    write_results(args.out, "gemm", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Shared timing helpers for the benchmark scripts: medians of repeated, synchronised runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+
+def median_seconds(run, synchronize, *, warmup: int = 2, repeats: int = 7) -> float:
+    """Median wall time of run() over `repeats`, each closed by synchronize(), after `warmup` runs."""
+    for _ in range(warmup):
+        run()
+    synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def arguments(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", default="bench/out", help="folder for the JSON results")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    return parser.parse_args()
+
+
+def machine() -> str:
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        gpu = []
+    return f"{platform.node()} · {platform.processor() or platform.machine()} · GPU: {', '.join(gpu) or 'none'}"
+
+
+def write_results(out: str, name: str, rows: list[dict]) -> None:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    record = {"benchmark": name, "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "rows": rows}
+    (Path(out) / f"{name}.json").write_text(json.dumps(record, indent=2))
+    for row in rows:
+        print(name, json.dumps(row))

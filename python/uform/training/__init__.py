@@ -1,0 +1,34 @@
+"""The host side of the multimodal ``Trainer``: configuration, per-step inputs, packing and corruption.
+
+Everything here is pure Python and numpy; the engine consumes what it produces:
+
+- :mod:`.config` -- the run's frozen, keyword-built configs, their derived
+  defaults and :func:`validate_run`.
+- :mod:`.step_inputs` -- :func:`check_step_inputs`, which checks and normalises
+  one step's per-item arrays, with :mod:`.relations` for the contrastive edges.
+- :mod:`.packing` -- :func:`pack_texts`, text items into a device's row grid.
+- :mod:`.masking` -- :func:`corrupt`, keyed span corruption for the masked objective.
+- :mod:`.schedule` -- :func:`learning_rate` of every step.
+- :mod:`.stats`, :mod:`.arena` -- what a step reports and where it lands embeddings.
+"""
+
+from .arena import Arena
+from .config import (AudioShape, BatchShape, Choices, Contrastive, DerivedRun, ImageShape, LateInteraction, Masking,
+                     Schedule, VideoShape, validate_run)
+from .enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
+from .errors import ErrorCode, UFormError
+from .masking import corrupt
+from .packing import Packed, pack_texts
+from .relations import Edges, Relations, check_relations, pair_targets
+from .schedule import learning_rate
+from .stats import TrainerStepStats
+from .step_inputs import StepInputs, check_step_inputs
+from .vocabulary import MASK, PAD, VOCABULARY_SIZE
+
+__all__ = [
+    "Arena", "AudioShape", "BatchShape", "Choices", "Contrastive", "DerivedRun", "Edges", "ErrorCode", "ImageShape",
+    "LateInteraction", "LateInteractionSide", "MASK", "Masking", "Modality", "Negatives", "Objective", "PAD", "Packed",
+    "PairLossForm", "Relations", "Scalar", "Schedule", "StepInputs", "TrainerStepStats", "UFormError",
+    "VOCABULARY_SIZE", "VideoShape", "check_relations", "check_step_inputs", "corrupt", "learning_rate",
+    "pack_texts", "pair_targets", "validate_run",
+]

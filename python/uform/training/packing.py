@@ -1,0 +1,150 @@
+"""Packing text items into a device's fixed grid of rows.
+
+A device's step carries at most ``max_rows`` rows of ``max_columns`` positions
+and ``max_segments`` segments across them (``BatchShape``). Every item becomes
+one *segment*: its UTF-8 bytes, a byte per position. Packing is deterministic:
+
+1. An item longer than a row is cut to its first ``max_columns`` bytes
+   (``truncated`` counts the packed items that were cut).
+2. Items are grouped into bags -- items sharing a bag id -- taken in the order
+   of each bag's first item, and within a bag in item order. With no bags every
+   item is its own bag, so segments follow item order.
+3. Each bag is placed whole or not at all: its segments go first-fit (each to
+   the lowest-numbered row with room for it), and if any does not fit, or the
+   bag would pass ``max_segments`` segments or ``max_bags`` bags, the whole bag
+   is dropped (``dropped`` counts its segments) and packing goes on with the
+   next bag, which may be smaller.
+
+Positions no segment covers hold ``vocabulary.PAD``, segment id -1 and position
+0. The grid keeps its full ``(max_rows, max_columns)`` shape whatever fills it,
+since device buffers are sized by the batch shape. Positions restart at 0 in
+every segment, so attention and pooling stay within ``segment_ids``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import ErrorCode, UFormError
+from .vocabulary import PAD
+
+
+@dataclass(frozen=True, eq=False)
+class Packed:
+    """One device's packed text: the token grid, its segment map, and what did not fit."""
+
+    tokens: np.ndarray
+    """``(rows, columns)`` int32: the byte at each position, ``PAD`` where no segment is."""
+    segment_ids: np.ndarray
+    """``(rows, columns)`` int32: the packed segment covering each position, -1 for padding."""
+    positions: np.ndarray
+    """``(rows, columns)`` int32: each position's offset inside its segment from 0; 0 for padding."""
+    item_of_segment: np.ndarray
+    """``(segments,)`` int32: the item index each packed segment holds."""
+    segment_of_item: np.ndarray
+    """``(items,)`` int32: the packed segment holding each item, -1 for a dropped item."""
+    segment_row: np.ndarray
+    """``(segments,)`` int32: the row each segment lies in."""
+    segment_start: np.ndarray
+    """``(segments,)`` int32: the column each segment starts at."""
+    segment_length: np.ndarray
+    """``(segments,)`` int32: the positions each segment covers, at most a row."""
+    truncated: int
+    """Packed items cut at a row's width."""
+    dropped: int
+    """Segments dropped whole, with their bag, for lack of room."""
+
+    @property
+    def segment_count(self) -> int:
+        return int(self.item_of_segment.size)
+
+
+def _place_first_fit(fill: np.ndarray, lengths: np.ndarray,
+                     max_columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(rows, starts, new_fill)`` placing every length first-fit over ``fill``; None if one does not fit."""
+    fill = fill.copy()
+    rows = np.empty(lengths.size, np.int64)
+    starts = np.empty(lengths.size, np.int64)
+    for k, length in enumerate(lengths):
+        room = np.flatnonzero(fill <= max_columns - length)
+        if room.size == 0:
+            return None
+        rows[k], starts[k] = room[0], fill[room[0]]
+        fill[room[0]] += length
+    return rows, starts, fill
+
+
+def _bag_members(bags: np.ndarray) -> list[np.ndarray]:
+    """Item indices of every bag, bags in order of their first item, members in item order."""
+    if bags.size == 0:
+        return []
+    _, first, inverse = np.unique(bags, return_index=True, return_inverse=True)
+    rank = np.empty_like(first)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    order = np.argsort(rank[inverse], kind="stable")
+    return np.split(order, np.cumsum(np.bincount(rank[inverse], minlength=first.size))[:-1])
+
+
+def _place_bags(lengths: np.ndarray, bags: np.ndarray, max_rows: int, max_columns: int, max_segments: int,
+                max_bags: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(item_of_segment, segment_row, segment_start, dropped)``: every bag placed whole or dropped whole."""
+    fill = np.zeros(max_rows, np.int64)
+    items, rows, starts = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    segment_count = bag_count = dropped = 0
+    for members in _bag_members(bags):
+        placement = None
+        if segment_count + members.size <= max_segments and (max_bags == 0 or bag_count < max_bags):
+            placement = _place_first_fit(fill, lengths[members], max_columns)
+        if placement is None:
+            dropped += members.size
+            continue
+        bag_rows, bag_starts, fill = placement
+        items.append(members)
+        rows.append(bag_rows)
+        starts.append(bag_starts)
+        segment_count += members.size
+        bag_count += 1
+    return np.concatenate(items), np.concatenate(rows), np.concatenate(starts), int(dropped)
+
+
+def pack_texts(contents: Sequence[bytes], bags, max_rows: int, max_columns: int, max_segments: int,
+               max_bags: int = 0) -> Packed:
+    """Packs every item's bytes as one segment into ``max_rows`` rows of ``max_columns``; see the module doc.
+
+    ``bags`` holds one bag id per item, or None for every item its own bag;
+    ``max_bags`` caps the bags packed, zero leaving them uncapped.
+    """
+    item_count = len(contents)
+    bags = np.arange(item_count) if bags is None else np.asarray(bags)
+    if bags.shape != (item_count,):
+        raise UFormError(ErrorCode.SHAPE_MISMATCH, f"bags: {bags.size} entries for {item_count} items")
+    full_lengths = np.fromiter(map(len, contents), np.int64, count=item_count)
+    lengths = np.minimum(full_lengths, max_columns)
+    item_of_segment, segment_row, segment_start, dropped = _place_bags(lengths, bags, max_rows, max_columns,
+                                                                       max_segments, max_bags)
+    segment_count = item_of_segment.size
+    segment_length = lengths[item_of_segment]
+
+    data = np.frombuffer(b"".join(contents[item][:max_columns] for item in item_of_segment), np.uint8)
+    segment_of_position = np.repeat(np.arange(segment_count), segment_length)
+    within = np.arange(data.size) - (np.cumsum(segment_length) - segment_length)[segment_of_position]
+    flat = (segment_row * max_columns + segment_start)[segment_of_position] + within
+
+    tokens = np.full(max_rows * max_columns, PAD, np.int32)
+    segment_ids = np.full(max_rows * max_columns, -1, np.int32)
+    positions = np.zeros(max_rows * max_columns, np.int32)
+    tokens[flat] = data
+    segment_ids[flat] = segment_of_position
+    positions[flat] = within
+    segment_of_item = np.full(item_count, -1, np.int32)
+    segment_of_item[item_of_segment] = np.arange(segment_count)
+
+    grid = (max_rows, max_columns)
+    return Packed(tokens=tokens.reshape(grid), segment_ids=segment_ids.reshape(grid),
+                  positions=positions.reshape(grid), item_of_segment=item_of_segment.astype(np.int32),
+                  segment_of_item=segment_of_item, segment_row=segment_row.astype(np.int32),
+                  segment_start=segment_start.astype(np.int32), segment_length=segment_length.astype(np.int32),
+                  truncated=int(np.count_nonzero(full_lengths[item_of_segment] > max_columns)), dropped=dropped)

@@ -1,0 +1,190 @@
+"""Checking one step's inputs before anything runs, and normalising them to numpy.
+
+``Trainer.step`` takes each item's modality and content plus optional per-item
+arrays. :func:`check_step_inputs` refuses what the engine cannot take, naming
+the array and the item at fault:
+
+- ``SHAPE_MISMATCH``: a per-item array (``modalities``, ``bags``,
+  ``temperature_groups``, ``sides``, ``choices``, ``choice_targets``, a relations
+  offsets array) whose length disagrees with ``contents``, or an item's targets
+  not as many as its choices.
+- ``UNSUPPORTED``: an item of a modality this build does not train yet; only
+  ``Modality.TEXT`` is supported, so "item 2: IMAGE items are not supported yet".
+- ``INVALID_ARGUMENT``: everything else -- a modality or side that names no
+  enumerator, content that is neither bytes nor str, an empty text (it would pool
+  zero positions), a temperature group at or past the run's count, an item
+  offering more choices than the batch allows or one byte twice, targets that are
+  negative or do not sum to one, ``choice_targets`` without ``choices`` or the
+  reverse, and every relations error :func:`check_relations` names.
+
+An empty per-item array means its default, as the seed says: every item its own
+bag, every item in temperature group zero, every side ``NONE``, no choices.
+Choices are read when the run trains them; an item offering none makes no
+choice, and its targets entry is empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arrays import per_item
+from .enums import LateInteractionSide, Modality, Scalar
+from .errors import ErrorCode, UFormError
+from .relations import Relations, check_relations, edge_owners
+from .tapes import as_float_entries, as_texts
+
+CHOICE_TARGET_TOLERANCE = 1e-3
+"""How far an item's choice targets may sum from one, for float32 rounding."""
+
+
+@dataclass(frozen=True, eq=False)
+class StepInputs:
+    """One step's inputs, checked and normalised to numpy, one entry per item unless noted."""
+
+    modalities: np.ndarray
+    """int32 ``Modality`` values."""
+    contents: list[bytes]
+    """Each item's bytes, UTF-8 for text."""
+    bags: np.ndarray
+    """uint32 bag ids; every item its own bag (its index) when none were given."""
+    temperature_groups: np.ndarray
+    """uint32 temperature group of each item."""
+    sides: np.ndarray
+    """int32 ``LateInteractionSide`` values."""
+    choice_offsets: np.ndarray
+    """uint64, items plus one: item ``i``'s choices are ``choice_bytes[choice_offsets[i]:choice_offsets[i + 1]]``."""
+    choice_bytes: np.ndarray
+    """uint8, every item's legal bytes back to back; empty without choices."""
+    choice_targets: np.ndarray
+    """float32, the target probability of each entry of ``choice_bytes``."""
+    relations: Relations | None
+    """The checked relations, or None for no edges."""
+    outputs_scalar: Scalar
+    """The scalar type the pooled embeddings land as, read only with an arena."""
+
+
+def _enum_values(name: str, value, item_count: int, enum: type) -> np.ndarray | None:
+    array = per_item(name, value, item_count, np.uint32)
+    if array is None:
+        return None
+    known = np.array([member.value for member in enum])
+    bad = np.flatnonzero(~np.isin(array, known))
+    if bad.size:
+        item = int(bad[0])
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: item {item} is {array[item]}, not a {enum.__name__}")
+    return array.astype(np.int32)
+
+
+def _check_modalities(modalities: np.ndarray) -> None:
+    unsupported = np.flatnonzero(modalities != Modality.TEXT)
+    if unsupported.size:
+        item = int(unsupported[0])
+        raise UFormError(ErrorCode.UNSUPPORTED,
+                         f"item {item}: {Modality(modalities[item]).name} items are not supported yet")
+
+
+def _check_choice_values(owners: np.ndarray, data: np.ndarray, probabilities: np.ndarray,
+                         counts: np.ndarray) -> None:
+    """Each item's legal bytes distinct, its targets finite, non-negative and summing to one."""
+    order = np.lexsort((data, owners))
+    repeated = np.flatnonzero((owners[order][1:] == owners[order][:-1]) & (data[order][1:] == data[order][:-1]))
+    if repeated.size:
+        k = order[repeated[0]]
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choices: item {owners[k]} offers byte {data[k]:#04x} twice")
+    bad = np.flatnonzero(~(np.isfinite(probabilities) & (probabilities >= 0)))
+    if bad.size:
+        k = bad[0]
+        raise UFormError(ErrorCode.INVALID_ARGUMENT,
+                         f"choice_targets: item {owners[k]} has target {probabilities[k]}, "
+                         f"not a finite non-negative number")
+    sums = np.bincount(owners, weights=probabilities, minlength=counts.size)
+    off = np.flatnonzero((counts > 0) & (np.abs(sums - 1.0) > CHOICE_TARGET_TOLERANCE))
+    if off.size:
+        item = int(off[0])
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choice_targets: item {item} sums to {sums[item]:.6g}, not 1")
+
+
+def _choices(choices, choice_targets, item_count: int, max_choices_per_item: int):
+    """The choices tape ``(offsets, bytes, targets)``, checked; empty when no choices are given."""
+    if choices is None:
+        if choice_targets is not None:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, "choice_targets: given without choices")
+        return np.zeros(item_count + 1, np.uint64), np.empty(0, np.uint8), np.empty(0, np.float32)
+    if choice_targets is None:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, "choice_targets: required with choices")
+    legal = as_texts("choices", choices, item_count)
+    targets = as_float_entries("choice_targets", choice_targets, item_count)
+
+    counts = np.fromiter(map(len, legal), np.int64, count=item_count)
+    over = np.flatnonzero(counts > max_choices_per_item)
+    if over.size:
+        item = int(over[0])
+        raise UFormError(ErrorCode.INVALID_ARGUMENT,
+                         f"choices: item {item} offers {counts[item]} choices, past batch.max_choices_per_item "
+                         f"{max_choices_per_item}")
+    mismatched = np.flatnonzero(np.fromiter(map(len, targets), np.int64, count=item_count) != counts)
+    if mismatched.size:
+        item = int(mismatched[0])
+        raise UFormError(ErrorCode.SHAPE_MISMATCH,
+                         f"choice_targets: item {item} has {targets[item].size} targets for {counts[item]} choices")
+
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64)
+    data = np.frombuffer(b"".join(legal), np.uint8)
+    probabilities = np.concatenate([np.empty(0, np.float32), *targets])
+    _check_choice_values(edge_owners(offsets), data, probabilities, counts)
+    return offsets, data, probabilities
+
+
+def check_step_inputs(modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
+                      choice_targets=None, relations: Relations | None = None, temperature_group_count: int = 1,
+                      max_edges_per_device: int | None = None, max_choices_per_item: int = 0,
+                      outputs_scalar: Scalar = Scalar.F32) -> StepInputs:
+    """Checks one step's inputs against each other and the run, answering them normalised; see the module doc.
+
+    ``temperature_group_count`` is the run's derived ``contrastive.temperature_groups``,
+    ``max_edges_per_device`` the edge capacity of these items (None: uncapped),
+    ``max_choices_per_item`` the batch's.
+    """
+    texts = as_texts("contents", contents)
+    item_count = len(texts)
+    modality_values = _enum_values("modalities", modalities, item_count, Modality)
+    if modality_values is None:
+        if item_count:
+            raise UFormError(ErrorCode.SHAPE_MISMATCH, f"modalities: 0 entries for {item_count} items")
+        modality_values = np.empty(0, np.int32)
+    _check_modalities(modality_values)
+    empty = np.flatnonzero(np.fromiter(map(len, texts), np.int64, count=item_count) == 0)
+    if empty.size:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: item {empty[0]} is empty")
+
+    bag_values = per_item("bags", bags, item_count, np.uint32)
+    groups = per_item("temperature_groups", temperature_groups, item_count, np.uint32)
+    if groups is not None:
+        past = np.flatnonzero(groups >= temperature_group_count)
+        if past.size:
+            item = int(past[0])
+            raise UFormError(ErrorCode.INVALID_ARGUMENT,
+                             f"temperature_groups: item {item} selects group {groups[item]}, but the run has "
+                             f"{temperature_group_count} (contrastive.temperature_groups)")
+    side_values = _enum_values("sides", sides, item_count, LateInteractionSide)
+    choice_offsets, choice_bytes, choice_probabilities = _choices(choices, choice_targets, item_count,
+                                                                  max_choices_per_item)
+    if relations is not None and not isinstance(relations, Relations):
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"relations: expected Relations, got {type(relations).__name__}")
+    check_relations(relations, item_count, max_edges_per_device)
+    try:
+        scalar = Scalar(outputs_scalar)
+    except ValueError:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"outputs_scalar: {outputs_scalar!r} is not a Scalar") from None
+
+    return StepInputs(
+        modalities=modality_values,
+        contents=texts,
+        bags=bag_values if bag_values is not None else np.arange(item_count, dtype=np.uint32),
+        temperature_groups=groups if groups is not None else np.zeros(item_count, np.uint32),
+        sides=side_values if side_values is not None else np.zeros(item_count, np.int32),
+        choice_offsets=choice_offsets, choice_bytes=choice_bytes, choice_targets=choice_probabilities,
+        relations=relations, outputs_scalar=scalar,
+    )

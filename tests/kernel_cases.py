@@ -1,0 +1,253 @@
+"""Kernel test cases shared by the reference tests and the CPU-vs-GPU bit test.
+
+Each case draws fresh random inputs from a seed, runs one kernel on a device and
+answers {name: (output, float64 reference, tolerance)}. The tolerance is a bound
+on max |out − ref| / (max |ref| + 1e-30) per output, stated per kernel here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import uform
+from uform import kernels as K
+
+GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96)]
+ROW_SHAPES = [(1, 1), (3, 7), (17, 33), (64, 768), (5, 1000)]
+ATTENTION_SHAPES = [  # batch, seq_len, heads, kv_heads, head_dim
+    (1, 1, 1, 1, 8), (2, 7, 4, 2, 8), (1, 19, 6, 3, 16), (2, 33, 2, 1, 64),
+]
+
+
+def rng_for(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def f64(x) -> np.ndarray:
+    return np.asarray(x, np.float64)
+
+
+def case_gemm(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
+              accumulate: bool):
+    rng = rng_for(seed)
+    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    c = device.put(c0)
+    K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+           accumulate=accumulate)
+    ref = (f64(a).T if transpose_a else f64(a)) @ (f64(b).T if transpose_b else f64(b))
+    if accumulate:
+        ref = ref + c0
+    return {"c": (c.numpy(), ref, 4e-6 * np.sqrt(k))}
+
+
+def case_unary(device: uform.Device, seed: int, op: str):
+    rng = rng_for(seed)
+    x = (rng.standard_normal(5000) * 8).astype(np.float32)
+    if op in ("log", "sqrt", "rsqrt"):
+        x = np.abs(x) + np.float32(1e-3)
+    if op == "log1p":
+        x = np.maximum(x, np.float32(-0.999))
+    y = device.empty(x.shape)
+    K.unary(op, y, device.put(x))
+    return {op: (y.numpy(), unary_reference(op, f64(x)), 4e-7)}
+
+
+def unary_reference(op: str, x: np.ndarray) -> np.ndarray:
+    sigmoid = lambda: 1 / (1 + np.exp(-x))  # noqa: E731
+    return {
+        "exp": lambda: np.exp(x), "log": lambda: np.log(x), "log1p": lambda: np.log1p(x),
+        "sqrt": lambda: np.sqrt(x), "rsqrt": lambda: 1 / np.sqrt(x), "sigmoid": sigmoid,
+        "softplus": lambda: np.logaddexp(0, x), "silu": lambda: x * sigmoid(),
+        "silu_derivative": lambda: sigmoid() * (1 + x * (1 - sigmoid())),
+    }[op]()
+
+
+def unary_relative_errors(op: str, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+    ref = unary_reference(op, f64(x))
+    return np.abs(y - ref) / np.maximum(np.abs(ref), 1e-30)
+
+
+def case_rmsnorm(device: uform.Device, seed: int, rows: int, width: int):
+    rng = rng_for(seed)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(width)).astype(np.float32)
+    dy = rng.standard_normal((rows, width)).astype(np.float32)
+    eps = 1e-5
+    y, rstd = device.empty(x.shape), device.empty(rows)
+    xb, wb = device.put(x), device.put(w)
+    K.rmsnorm_forward(y, rstd, xb, wb, eps)
+    dx, dw_rows, dw = device.empty(x.shape), device.empty(x.shape), device.empty(width)
+    K.rmsnorm_backward(dx, dw_rows, device.put(dy), xb, wb, rstd)
+    K.column_sum(dw, dw_rows, rows, width)
+    xd, wd, gd = f64(x), f64(w), f64(dy)
+    r = 1 / np.sqrt((xd**2).mean(1, keepdims=True) + eps)
+    ref_dx = r * (gd * wd - xd * r**2 * (gd * wd * xd).mean(1, keepdims=True))
+    ref_dw = (gd * xd * r).sum(0)
+    return {"y": (y.numpy(), xd * r * wd, 1e-6), "rstd": (rstd.numpy(), r[:, 0], 1e-6),
+            "dx": (dx.numpy(), ref_dx, 2e-6), "dw": (dw.numpy(), ref_dw, 1e-6 * np.sqrt(rows))}
+
+
+def case_softmax(device: uform.Device, seed: int, rows: int, width: int):
+    rng = rng_for(seed)
+    x = (3 * rng.standard_normal((rows, width))).astype(np.float32)
+    dy = rng.standard_normal((rows, width)).astype(np.float32)
+    y, dx = device.empty(x.shape), device.empty(x.shape)
+    K.softmax_forward(y, device.put(x), width)
+    K.softmax_backward(dx, y, device.put(dy), width)
+    e = np.exp(f64(x) - f64(x).max(1, keepdims=True))
+    ref = e / e.sum(1, keepdims=True)
+    ref_dx = ref * (f64(dy) - (f64(dy) * ref).sum(1, keepdims=True))
+    return {"y": (y.numpy(), ref, 2e-6), "dx": (dx.numpy(), ref_dx, 4e-6)}
+
+
+def case_cross_entropy(device: uform.Device, seed: int, rows: int, vocab: int):
+    rng = rng_for(seed)
+    z = (2 * rng.standard_normal((rows, vocab))).astype(np.float32)
+    t = rng.integers(0, vocab, rows).astype(np.int32)
+    t[::3] = -1  # ignored rows
+    losses, dz = device.empty(rows), device.empty(z.shape)
+    K.cross_entropy(losses, dz, device.put(z), device.put(t), grad_scale=0.5)
+    zd = f64(z)
+    lse = np.log(np.exp(zd - zd.max(1, keepdims=True)).sum(1)) + zd.max(1)
+    keep = t >= 0
+    ref_loss = np.where(keep, lse - zd[np.arange(rows), np.maximum(t, 0)], 0.0)
+    p = np.exp(zd - lse[:, None])
+    p[np.arange(rows)[keep], t[keep]] -= 1
+    ref_dz = np.where(keep[:, None], 0.5 * p, 0.0)
+    return {"loss": (losses.numpy(), ref_loss, 2e-6), "dz": (dz.numpy(), ref_dz, 2e-6)}
+
+
+def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments):
+    """float64 attention and its gradients, written with dense masks."""
+    tokens = q.shape[0]
+    q4 = f64(q).reshape(tokens, heads, head_dim)
+    group = heads // kv_heads
+    k4 = np.repeat(f64(k).reshape(tokens, kv_heads, head_dim), group, axis=1)
+    v4 = np.repeat(f64(v).reshape(tokens, kv_heads, head_dim), group, axis=1)
+    seq = np.arange(tokens) // seq_len
+    allowed = seq[:, None] == seq[None, :]
+    if causal:
+        allowed &= np.arange(tokens)[:, None] >= np.arange(tokens)[None, :]
+    if segments is not None:
+        allowed &= (segments[:, None] == segments[None, :]) & (segments[:, None] >= 0)
+    scale = head_dim ** -0.5
+    s = np.einsum("ihd,jhd->hij", q4, k4) * scale
+    s = np.where(allowed[None], s, -np.inf)
+    m = np.max(s, axis=2, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.where(allowed[None], np.exp(s - m), 0)
+    total = e.sum(2, keepdims=True)
+    p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    o = np.einsum("hij,jhd->ihd", p, v4)
+    do = f64(d_out).reshape(tokens, heads, head_dim)
+    dp = np.einsum("ihd,jhd->hij", do, v4)
+    ds = p * (dp - (dp * p).sum(2, keepdims=True))
+    dq = np.einsum("hij,jhd->ihd", ds, k4) * scale
+    dk = np.einsum("hij,ihd->jhd", ds, q4) * scale
+    dv = np.einsum("hij,ihd->jhd", p, do)
+    dk = dk.reshape(tokens, kv_heads, group, head_dim).sum(2)
+    dv = dv.reshape(tokens, kv_heads, group, head_dim).sum(2)
+    return o.reshape(tokens, -1), dq.reshape(tokens, -1), dk.reshape(tokens, -1), dv.reshape(tokens, -1)
+
+
+def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, heads: int, kv_heads: int,
+                   head_dim: int, causal: bool, segmented: bool):
+    rng = rng_for(seed)
+    tokens = batch * seq_len
+    q = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
+    k = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
+    v = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
+    d_out = rng.standard_normal(q.shape).astype(np.float32)
+    segments = None
+    if segmented:  # random segment boundaries inside each sequence, and a padded tail
+        segments = np.cumsum(rng.random(tokens) < 0.2).astype(np.int32)
+        segments[seq_len - 1::seq_len] = -1
+    qb, kb, vb = device.put(q), device.put(k), device.put(v)
+    sb = None if segments is None else device.put(segments)
+    geometry = dict(seq_len=seq_len, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, segments=sb)
+    o, lse = device.empty(q.shape), device.empty((tokens, heads))
+    K.attention_forward(o, lse, qb, kb, vb, **geometry)
+    dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
+    K.attention_backward(dq, dk, dv, device.put(d_out), o, lse, qb, kb, vb, **geometry)
+    ref = attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments)
+    tolerance = 4e-6 * np.sqrt(seq_len * head_dim)
+    return {name: (out.numpy(), r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv), ref)}
+
+
+def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int):
+    rng = rng_for(seed)
+    x = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
+    positions = rng.integers(0, 64, tokens).astype(np.int32)
+    cos, sin = K.rotary_tables(64, head_dim)
+    xb, pb, cb, sb = device.put(x), device.put(positions), device.put(cos), device.put(sin)
+    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim)
+    rotated = xb.numpy()
+    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, inverse=True)
+    half = head_dim // 2
+    x3 = f64(x).reshape(tokens, heads, head_dim)
+    c, s = f64(cos)[positions][:, None, :], f64(sin)[positions][:, None, :]
+    ref = np.concatenate([x3[..., :half] * c - x3[..., half:] * s, x3[..., half:] * c + x3[..., :half] * s], -1)
+    return {"rotated": (rotated, ref.reshape(tokens, -1), 1e-6), "round_trip": (xb.numpy(), f64(x), 1e-6)}
+
+
+def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, width: int):
+    rng = rng_for(seed)
+    table = rng.standard_normal((vocab, width)).astype(np.float32)
+    ids = rng.integers(0, vocab, tokens).astype(np.int32)
+    d_out = rng.standard_normal((tokens, width)).astype(np.float32)
+    out = device.empty((tokens, width))
+    K.embedding_forward(out, device.put(table), device.put(ids), width)
+    order, offsets = K.embedding_groups(ids, vocab)
+    dtable = device.empty(table.shape)
+    K.embedding_backward(dtable, device.put(d_out), device.put(order), device.put(offsets), width)
+    ref = np.zeros((vocab, width))
+    np.add.at(ref, ids, f64(d_out))
+    return {"out": (out.numpy(), f64(table)[ids], 0.0), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens))}
+
+
+def case_adamw(device: uform.Device, seed: int, size: int, steps: int):
+    rng = rng_for(seed)
+    p = rng.standard_normal(size).astype(np.float32)
+    pb, mb, vb = device.put(p), device.zeros(size), device.zeros(size)
+    ref_p, ref_m, ref_v = f64(p), np.zeros(size), np.zeros(size)
+    lr, (b1, b2), eps, wd = 1e-2, (0.9, 0.999), 1e-8, 0.1
+    for step in range(1, steps + 1):
+        g = rng.standard_normal(size).astype(np.float32)
+        K.adamw(pb, device.put(g), mb, vb, step=step, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+        ref_p *= 1 - lr * wd
+        ref_m = b1 * ref_m + (1 - b1) * f64(g)
+        ref_v = b2 * ref_v + (1 - b2) * f64(g) ** 2
+        ref_p -= lr / (1 - b1**step) * ref_m / (np.sqrt(ref_v) / np.sqrt(1 - b2**step) + eps)
+    return {"p": (pb.numpy(), ref_p, 1e-6), "m": (mb.numpy(), ref_m, 1e-6), "v": (vb.numpy(), ref_v, 1e-6)}
+
+
+def all_cases():
+    """(id, function, kwargs) for every case; both test modules iterate this list."""
+    cases = []
+    for m, n, k in GEMM_SHAPES:
+        for ta, tb in ((False, False), (True, False), (False, True)):
+            cases.append((f"gemm-{m}x{n}x{k}-ta{int(ta)}-tb{int(tb)}", case_gemm,
+                          dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=(m + n) % 2 == 0)))
+    for op in K.UNARY_OPS:
+        cases.append((f"unary-{op}", case_unary, dict(op=op)))
+    for rows, width in ROW_SHAPES:
+        # width 1 makes the RMSNorm gradient pure cancellation (x²r² = 1 − ε): its row starts at 3
+        cases.append((f"rmsnorm-{rows}x{max(width, 3)}", case_rmsnorm, dict(rows=rows, width=max(width, 3))))
+        cases.append((f"softmax-{rows}x{width}", case_softmax, dict(rows=rows, width=width)))
+        cases.append((f"cross_entropy-{rows}x{width}", case_cross_entropy, dict(rows=rows, vocab=width)))
+    for b, t, h, kv, d in ATTENTION_SHAPES:
+        for causal in (False, True):
+            for segmented in (False, True):
+                cases.append((f"attention-{b}x{t}-h{h}kv{kv}d{d}-c{int(causal)}s{int(segmented)}", case_attention,
+                              dict(batch=b, seq_len=t, heads=h, kv_heads=kv, head_dim=d, causal=causal,
+                                   segmented=segmented)))
+    for tokens, heads, d in ((1, 1, 2), (13, 3, 8), (40, 4, 64)):
+        cases.append((f"rotary-{tokens}x{heads}x{d}", case_rotary, dict(tokens=tokens, heads=heads, head_dim=d)))
+    for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
+        cases.append((f"embedding-{tokens}-{vocab}x{width}", case_embedding,
+                      dict(tokens=tokens, vocab=vocab, width=width)))
+    for size, steps in ((1, 1), (1000, 5)):
+        cases.append((f"adamw-{size}-{steps}", case_adamw, dict(size=size, steps=steps)))
+    return cases

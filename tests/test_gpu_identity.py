@@ -1,0 +1,57 @@
+"""The identical numerics: every kernel gives the same bits on the CPU and on a GPU.
+
+Runs only where the engine has a GPU (tools/gpu-check runs it on the H200); each
+case draws its inputs once and runs on both devices.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+import uform
+from kernel_cases import all_cases
+from numerics_cases import arguments
+from uform import kernels as K
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(uform.gpu_count() == 0, reason="needs a GPU engine and a GPU")]
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("name,case,kwargs", all_cases(), ids=[c[0] for c in all_cases()])
+def test_kernel_bits_match_cpu(name, case, kwargs):
+    seed = zlib.crc32(name.encode())
+    on_cpu = case(uform.Device.cpu(), seed=seed, **kwargs)
+    on_gpu = case(uform.Device.gpu(0), seed=seed, **kwargs)
+    for output_name in on_cpu:
+        cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
+        differing = int(np.count_nonzero(cpu.view(np.uint32) != gpu.view(np.uint32)))
+        assert same_bits(cpu, gpu), f"{name}/{output_name}: {differing} of {cpu.size} values differ"
+
+
+@pytest.mark.parametrize("op", sorted(K.UNARY_OPS))
+def test_portable_math_bits_match_cpu(op):
+    x = arguments(4_000_000, seed=7)
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        y = device.empty(x.shape)
+        K.unary(op, y, device.put(x))
+        results.append(y.numpy())
+    differing = int(np.count_nonzero(results[0].view(np.uint32) != results[1].view(np.uint32)))
+    assert differing == 0, f"{op}: {differing} of {x.size} results differ between CPU and GPU"
+
+
+def test_large_gemm_bits_match_cpu():
+    rng = np.random.default_rng(3)
+    m, n, k = 1000, 1100, 1200
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        c = device.empty((m, n))
+        K.gemm(c, device.put(a), device.put(b), m, n, k)
+        results.append(c.numpy())
+    assert same_bits(*results)
