@@ -1,6 +1,17 @@
-"""uform: a training engine for multimodal transformer encoders on a Mojo kernel core."""
+"""uform: a training engine for multimodal transformer encoders on a Mojo kernel core.
+
+``uform.Trainer`` trains the multimodal encoder (text today), ``uform.LanguageModelTrainer``
+the small byte language model, both on an ``Executor``'s GPU or the CPU with the same bits.
+``uform.kernels`` exposes every engine kernel on device buffers.
+"""
 
 from . import kernels
 from .engine import ENGINE_VARIANT, Buffer, Device, gpu_count
+from .executor import Executor, default_executor, numeric_mode, set_default_executor, set_numeric_mode
+from .lm import LanguageModelConfig, LanguageModelTrainer, SmallByteLanguageModelTrainer
 
-__all__ = ["Buffer", "Device", "ENGINE_VARIANT", "gpu_count", "kernels"]
+__all__ = [
+    "Buffer", "Device", "ENGINE_VARIANT", "Executor", "LanguageModelConfig", "LanguageModelTrainer",
+    "SmallByteLanguageModelTrainer", "default_executor", "gpu_count", "kernels", "numeric_mode",
+    "set_default_executor", "set_numeric_mode",
+]

@@ -81,14 +81,27 @@ class Device:
 class Buffer:
     """One allocation on a device, with a shape and a dtype."""
 
-    def __init__(self, device: Device, shape, dtype=np.float32):
+    def __init__(self, device: Device, shape, dtype=np.float32, *, view_of: Buffer | None = None, offset: int = 0):
         dtype = np.dtype(dtype)
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"unsupported buffer dtype {dtype}; use one of {[str(d) for d in SUPPORTED_DTYPES]}")
         self.device = device
         self.shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
         self.dtype = dtype
-        self.address = int(device._handle.alloc(self.nbytes))
+        self.owner = view_of  # a view keeps its allocation alive and never frees it
+        if view_of is None:
+            self.address = int(device._handle.alloc(self.nbytes))
+        else:
+            self.address = view_of.address + offset * dtype.itemsize
+
+    def view(self, offset: int, shape) -> Buffer:
+        """The elements [offset, offset + prod(shape)) of this buffer as a buffer of `shape` (no copy).
+
+        Kernels read and write views; copies to and from the host take whole allocations."""
+        view = Buffer(self.device, shape, self.dtype, view_of=self, offset=offset)
+        if offset < 0 or offset + view.size > self.size:
+            raise ValueError(f"view [{offset}, {offset + view.size}) is outside a buffer of {self.size} values")
+        return view
 
     @cached_property
     def size(self) -> int:
@@ -98,20 +111,26 @@ class Buffer:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    def _whole_allocation(self, action: str) -> None:
+        if self.owner is not None:
+            raise ValueError(f"cannot {action} a view; {action} the buffer it views")
+
     def write(self, array) -> None:
+        self._whole_allocation("write")
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.size != self.size:
             raise ValueError(f"cannot write {array.size} values into a buffer of shape {self.shape}")
         self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
 
     def numpy(self) -> np.ndarray:
+        self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
         self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
         return out
 
     def __del__(self):
         address = getattr(self, "address", None)
-        if address is not None:
+        if address is not None and getattr(self, "owner", True) is None:
             self.device._handle.free(address)
             self.address = None
 

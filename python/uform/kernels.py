@@ -146,12 +146,20 @@ def cross_entropy(losses: Buffer, dlogits: Buffer | None, logits: Buffer, target
     _launch("cross_entropy", rows, [losses, dlogits, logits, targets], [vocab], [grad_scale])
 
 
-def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: bool = False) -> None:
-    """out[c] (+)= Σ_r x[r, c], in two fixed stages of COLUMN_CHUNK rows."""
+def column_sum_workspace(device, rows: int, columns: int) -> Buffer:
+    """The partial sums buffer column_sum needs for this geometry."""
+    return device.empty((-(-rows // COLUMN_CHUNK), columns))
+
+
+def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: bool = False,
+               partial: Buffer | None = None) -> None:
+    """out[c] (+)= Σ_r x[r, c], in two fixed stages of COLUMN_CHUNK rows (partial: a reusable workspace)."""
     _expect(x, "x", rows * columns)
     _expect(out, "out", columns)
     chunks = -(-rows // COLUMN_CHUNK)
-    partial = out.device.empty((chunks, columns))
+    if partial is None:
+        partial = column_sum_workspace(out.device, rows, columns)
+    _expect(partial, "partial", chunks * columns)
     _launch("column_partial_sums", chunks * columns, [partial, x], [rows, columns])
     _launch("column_sums_finish", columns, [out, partial], [chunks, columns, int(accumulate)])
 
@@ -186,14 +194,16 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, seq_len: int, heads: int, kv_heads: int, head_dim: int,
-                       causal: bool, segments: Buffer | None = None) -> None:
-    """Gradients of attention_forward with respect to q, k and v."""
+                       causal: bool, segments: Buffer | None = None, delta: Buffer | None = None) -> None:
+    """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace)."""
     tokens = _attention_sizes(q, k, seq_len, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
     sizes = [seq_len, heads, kv_heads, head_dim]
     scalars = [head_dim ** -0.5, float(causal)]
-    delta = q.device.empty((tokens, heads))
+    if delta is None:
+        delta = q.device.empty((tokens, heads))
+    _expect(delta, "delta", tokens * heads)
     _launch("attention_backward_delta", tokens * heads, [delta, d_out, o], sizes, scalars)
     _launch("attention_backward_dq", tokens * heads, [dq, d_out, q, k, v, segments, lse, delta], sizes, scalars)
     _launch("attention_backward_dv", tokens * kv_heads, [dv, d_out, q, k, lse, segments], sizes, scalars)

@@ -6,6 +6,7 @@ import pytest
 
 from uform.lm import (LanguageModelConfig, adamw_step, logits, loss, loss_and_gradients, parameter_registry,
                       split_parameters)
+from uform.lm.torch_reference import torch_loss
 
 TINY = LanguageModelConfig(batch=2, length=5, width=16, heads=4, kv_heads=2, mlp=24, vocab_size=19, layers=2)
 
@@ -66,35 +67,6 @@ def test_logits_match_the_loss_and_ragged_rows():
         logits(flat, np.full((1, 2), 19), c)
     with pytest.raises(ValueError, match="shape"):
         loss(flat, ids[:, :-1], c)
-
-
-def torch_loss(torch, flat, ids, c):
-    """An independent torch float64 model: F.rms_norm, SDPA with enable_gqa, F.cross_entropy."""
-    F = torch.nn.functional
-    P = {r["name"]: flat[r["offset"]:r["offset"] + r["size"]].view(r["shape"]) for r in parameter_registry(c)}
-    x, y = ids[:, :-1], ids[:, 1:]
-    B, T = x.shape
-    d = c.head_dim
-    angle = torch.arange(T, dtype=torch.float64)[:, None] * c.rope_base ** (
-        -torch.arange(0, d, 2, dtype=torch.float64) / d)
-    cos, sin = angle.cos(), angle.sin()
-
-    def rope(t):
-        t1, t2 = t[..., :d // 2], t[..., d // 2:]
-        return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], dim=-1)
-
-    h = P["embedding"][x]
-    for i in range(c.layers):
-        w = lambda name: P[f"layers.{i}.{name}"]  # noqa: E731
-        a = F.rms_norm(h, (c.width,), w("attention_norm"), c.norm_eps)
-        q = (a @ w("wq")).view(B, T, c.heads, d).transpose(1, 2)
-        k = (a @ w("wk")).view(B, T, c.kv_heads, d).transpose(1, 2)
-        v = (a @ w("wv")).view(B, T, c.kv_heads, d).transpose(1, 2)
-        o = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True, enable_gqa=True)
-        h = h + o.transpose(1, 2).reshape(B, T, -1) @ w("wo")
-        m = F.rms_norm(h, (c.width,), w("mlp_norm"), c.norm_eps)
-        h = h + F.silu(m @ w("w_up")) @ w("w_down")
-    return F.cross_entropy((h @ P["head"]).reshape(-1, c.vocab_size), y.reshape(-1))
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])

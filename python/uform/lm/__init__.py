@@ -3,8 +3,9 @@
 ``config`` fixes the dimensions and the flat parameter layout, ``reference`` is
 the float64 numpy model (forward, hand-written backward, AdamW) the engine is
 checked against, ``corpus`` turns a byte corpus into reproducible id batches,
-and ``checkpoint`` validates training states and writes/reads them as JSON or
-binary checkpoints.
+``checkpoint`` validates training states and writes/reads them as JSON or
+binary checkpoints, ``model`` runs the model on a device through the engine's
+kernels, and ``trainer`` is the public ``LanguageModelTrainer``.
 """
 
 from .checkpoint import (
@@ -20,10 +21,13 @@ from .checkpoint import (
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .corpus import TokenBatches
 from .reference import adamw_step, logits, loss, loss_and_gradients
+from .trainer import LanguageModelTrainer, SmallByteLanguageModelTrainer, state_sha256
 
 __all__ = [
     "FORMAT",
     "LanguageModelConfig",
+    "LanguageModelTrainer",
+    "SmallByteLanguageModelTrainer",
     "TokenBatches",
     "adamw_step",
     "encode_json_checkpoint",
@@ -36,6 +40,7 @@ __all__ = [
     "read_json_checkpoint",
     "read_json_checkpoint_bytes",
     "split_parameters",
+    "state_sha256",
     "validate_state",
     "write_binary_checkpoint",
     "write_json_checkpoint",

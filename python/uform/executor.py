@@ -1,0 +1,97 @@
+"""Executors: the devices a trainer runs on, and the process's numeric mode.
+
+``Executor.for_vram(devices=[0, 1])`` names GPUs as the seeds do;
+``Executor.for_ram()`` is the host CPU, which this project also trains on, with
+the same results bit for bit ("identical" numerics). ``default_executor()`` is
+the first usable GPU, else the CPU, unless ``set_default_executor`` or the
+environment variable ``UFORM_DEVICE`` (``cpu`` or ``gpu:N``) says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .engine import ENGINE_VARIANT, Device, gpu_count
+
+NUMERIC_MODES = ("identical",)
+_numeric_mode = "identical"
+_default_executor: Executor | None = None
+
+
+class Executor:
+    """An ordered set of devices of one kind: GPUs (``for_vram``) or the CPU (``for_ram``)."""
+
+    def __init__(self, devices: Sequence[Device]):
+        if not devices:
+            raise ValueError("an executor needs at least one device")
+        self.devices = list(devices)
+
+    @classmethod
+    def for_vram(cls, devices: Sequence[int] | None = None) -> Executor:
+        """The GPUs of the given ordinals (default: every GPU the engine sees)."""
+        available = gpu_count()
+        if available == 0:
+            raise RuntimeError(f"Executor.for_vram: no usable GPU (engine variant '{ENGINE_VARIANT}'); "
+                               "use Executor.for_ram() to train on the CPU")
+        ordinals = list(range(available)) if devices is None else [int(d) for d in devices]
+        if len(set(ordinals)) != len(ordinals):
+            raise ValueError(f"Executor.for_vram: devices {ordinals} repeat an ordinal")
+        for ordinal in ordinals:
+            if not 0 <= ordinal < available:
+                raise ValueError(f"Executor.for_vram: GPU {ordinal} does not exist; this machine has {available}")
+        return cls([Device.gpu(ordinal) for ordinal in ordinals])
+
+    @classmethod
+    def for_ram(cls) -> Executor:
+        """The host CPU."""
+        return cls([Device.cpu()])
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.devices[0].is_gpu
+
+    def __repr__(self) -> str:
+        return f"Executor({', '.join(d.name for d in self.devices)})"
+
+
+def executor_from(spec) -> Executor:
+    """An Executor from an Executor, a Device, or a name: 'cpu', 'gpu' or 'gpu:N'."""
+    if isinstance(spec, Executor):
+        return spec
+    if isinstance(spec, Device):
+        return Executor([spec])
+    if isinstance(spec, str):
+        name = spec.strip().lower()
+        if name == "cpu":
+            return Executor.for_ram()
+        if name == "gpu":
+            return Executor.for_vram([0])
+        if name.startswith("gpu:") and name[4:].isdigit():
+            return Executor.for_vram([int(name[4:])])
+    raise ValueError(f"cannot make an executor from {spec!r}: pass an Executor, a Device, 'cpu' or 'gpu:N'")
+
+
+def default_executor() -> Executor:
+    """The process default: set_default_executor, else UFORM_DEVICE, else GPU 0 if usable, else the CPU."""
+    if _default_executor is not None:
+        return _default_executor
+    if os.environ.get("UFORM_DEVICE"):
+        return executor_from(os.environ["UFORM_DEVICE"])
+    return Executor.for_vram([0]) if gpu_count() > 0 else Executor.for_ram()
+
+
+def set_default_executor(spec) -> None:
+    """Set (or with None, clear) the executor trainers use when given none."""
+    global _default_executor
+    _default_executor = None if spec is None else executor_from(spec)
+
+
+def numeric_mode() -> str:
+    """The process numeric mode: "identical" (the same bits on every device)."""
+    return _numeric_mode
+
+
+def set_numeric_mode(mode: str) -> None:
+    if mode not in NUMERIC_MODES:
+        raise ValueError(f"numeric mode {mode!r} is not available; this build offers {list(NUMERIC_MODES)}")

@@ -1,0 +1,388 @@
+"""``LanguageModelTrainer``: mojolearn's small byte language-model trainer on the uform engine.
+
+The caller supplies everything: the initial parameters, the ids of every step
+and a ``data_schedule`` describing them. There is no hidden initialisation,
+tokenizer, padding or randomness inside. Each step runs the model's forward,
+mean cross-entropy, backward and AdamW update on the trainer's device.
+
+A *resident session* keeps the parameters, the AdamW moments and the last
+gradient on the device between steps (the default on a GPU): only ids go in
+and the loss comes out, and the state reaches the host on ``export_state``,
+``export_gradients``, the checkpoint writers and ``close``. With
+``resident=False`` the state lives on the host and each step uploads it, runs,
+and downloads it again. Both paths run the same kernels and give the same bits,
+on the CPU and on a GPU.
+
+Failure semantics: arguments are checked before anything runs; a step whose
+loss is not finite is rolled back (nothing was updated, since the update is
+the step's last action); an error from the engine itself marks the device
+context lost, after which every call raises RuntimeError until
+``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+
+import numpy as np
+
+from .. import engine
+from ..executor import default_executor, executor_from, numeric_mode
+from . import checkpoint as ckpt
+from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
+from .model import DeviceModel
+
+LOGITS_MAX_BATCH = 1024
+LOGITS_MAX_CELLS = 268_435_456
+STEP_RESULTS = ("full", "lean")
+
+
+class LanguageModelTrainer:
+    """FP32 decoder language-model trainer (AdamW, mean cross-entropy); see the module docstring."""
+
+    def __init__(self, parameters, *, data_schedule, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 shape=None, resident=None, step_result=None, executor=None):
+        shape = LanguageModelConfig() if shape is None else shape
+        if not isinstance(shape, LanguageModelConfig):
+            raise TypeError(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
+        flat = self._flat_parameters(parameters, shape)
+        state = ckpt.validate_state({
+            "format": ckpt.FORMAT, "config": shape.to_dict(),
+            "hyperparameters": {"lr": lr, "betas": list(betas) if isinstance(betas, (list, tuple)) else betas,
+                                "eps": eps, "weight_decay": weight_decay},
+            "step": 0, "parameters": flat, "m": np.zeros_like(flat), "v": np.zeros_like(flat),
+            "data_schedule": data_schedule, "metadata": {},
+        }, shape)
+        self._executor = default_executor() if executor is None else executor_from(executor)
+        self._resident, self._step_result = self._session_mode(resident, step_result)
+        self._adopt(state)
+
+    # ---- construction helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _flat_parameters(parameters, shape: LanguageModelConfig) -> np.ndarray:
+        if isinstance(parameters, dict):
+            return flatten_parameters(parameters, shape)
+        flat = np.asarray(parameters)
+        if flat.shape != (shape.n_total,):
+            raise ValueError(f"parameters must be a flat array of shape.n_total = {shape.n_total} values, "
+                             f"got shape {flat.shape}")
+        if not np.issubdtype(flat.dtype, np.floating):
+            raise ValueError(f"parameters must be floating point, got {flat.dtype}")
+        return flat.astype(np.float32)
+
+    def _session_mode(self, resident, step_result) -> tuple[bool, str]:
+        if resident is None:
+            resident = self._executor.is_gpu
+        resident = bool(resident)
+        if step_result is None:
+            step_result = "lean" if resident else "full"
+        if step_result not in STEP_RESULTS:
+            raise ValueError(f"step_result must be one of {STEP_RESULTS} or None, got {step_result!r}")
+        if step_result == "lean" and not resident:
+            raise ValueError('step_result="lean" requires resident=True (the gradient stays on the device)')
+        return resident, step_result
+
+    def _adopt(self, state: dict) -> None:
+        """Take a validated state as the trainer's own; any device session is dropped without export."""
+        self._state = state
+        self._shape = LanguageModelConfig.from_dict(state["config"])
+        self._model: DeviceModel | None = None
+        self._gradient_ready = False
+        self._lost = False
+
+    @property
+    def _device(self) -> engine.Device:
+        return self._executor.devices[0]
+
+    def _check_alive(self) -> None:
+        if self._lost:
+            raise RuntimeError("the device context was lost; the steps since the last export are gone. "
+                               "Call load_state_dict() with a saved state to continue")
+
+    def _open(self) -> DeviceModel:
+        """The device model, opened from the host state if no session is open."""
+        if self._model is None:
+            s = self._state
+            self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, s["parameters"],
+                                                                s["m"], s["v"]))
+        return self._model
+
+    def _engine_call(self, call):
+        """Run device work; an engine error marks the context lost (the state on it is unknown)."""
+        try:
+            return call()
+        except (ValueError, TypeError):
+            raise
+        except Exception as error:
+            self._lost = True
+            self._model = None
+            raise RuntimeError(f"{self._device.name}: device call failed, the session is lost: {error}") from error
+
+    def _sync_host(self) -> None:
+        """Bring the resident state back into the host state."""
+        if self._model is not None:
+            parameters, m, v = self._engine_call(self._model.download_state)
+            self._state.update(parameters=parameters, m=m, v=v)
+
+    # ---- ids ------------------------------------------------------------------------------------------
+
+    def _ids(self, ids, *, length: int, what: str, min_batch=1, max_batch=None) -> np.ndarray:
+        array = np.asarray(ids)
+        if array.ndim != 2:
+            raise ValueError(f"{what}: ids must be 2-D (batch, positions), got shape {array.shape}")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"{what}: ids must be integers, got {array.dtype}")
+        batch, positions = array.shape
+        if positions != length:
+            raise ValueError(f"{what}: ids must have {length} positions per row, got {positions}")
+        if batch < min_batch or (max_batch is not None and batch > max_batch):
+            raise ValueError(f"{what}: batch must be in [{min_batch}, {max_batch}], got {batch}")
+        if array.size and (array.min() < 0 or array.max() >= self._shape.vocab_size):
+            raise ValueError(f"{what}: ids must lie in [0, {self._shape.vocab_size}), "
+                             f"got [{array.min()}, {array.max()}]")
+        return array.astype(np.int32)
+
+    def _train_ids(self, ids, what: str) -> np.ndarray:
+        c = self._shape
+        return self._ids(ids, length=c.length + 1, what=what, min_batch=c.batch, max_batch=c.batch)
+
+    # ---- training -------------------------------------------------------------------------------------
+
+    def train_step(self, ids) -> dict:
+        """One step: mean cross-entropy of ids (batch, length + 1) and an AdamW update."""
+        self._check_alive()
+        ids = self._train_ids(ids, "train_step")
+        model = self._open()
+        h = self._state["hyperparameters"]
+        step = self._state["step"] + 1
+
+        def run():
+            act = model.forward(ids[:, :-1])
+            losses = model.losses(act, ids[:, 1:], with_gradient=True)
+            return act, losses
+
+        act, losses = self._engine_call(run)
+        loss = float(np.sum(losses, dtype=np.float64) / losses.size)
+        if not math.isfinite(loss):
+            self._gradient_ready = False
+            self._close_if_stateless()
+            raise RuntimeError(f"train_step: the loss is not finite ({loss}); the step was rolled back")
+        self._engine_call(lambda: model.backward(act, ids[:, :-1]))
+        self._engine_call(lambda: model.adamw(step=step, lr=h["lr"], betas=h["betas"], eps=h["eps"],
+                                              weight_decay=h["weight_decay"]))
+        self._state["step"] = step
+        self._gradient_ready = True
+        result = {"loss": loss, "step": step, "completed_steps": step, "next_batch_index": step}
+        if self._step_result == "full":
+            flat = self._engine_call(model.gradients.numpy)
+            result["flat_gradients"] = flat
+            result["gradients"] = {k: v.copy() for k, v in split_parameters(flat, self._shape).items()}
+        else:
+            result["flags"] = {"resident": self._resident, "loss_finite": True}
+        self._close_if_stateless()
+        return result
+
+    def _close_if_stateless(self) -> None:
+        if not self._resident and self._model is not None:
+            self._sync_host()
+            self._model = None
+
+    def evaluate(self, ids) -> float:
+        """Mean loss on ids (batch, length + 1) without changing any state."""
+        self._check_alive()
+        ids = self._train_ids(ids, "evaluate")
+        model = self._open()
+        losses = self._engine_call(lambda: model.losses(model.forward(ids[:, :-1]), ids[:, 1:],
+                                                        with_gradient=False))
+        self._close_if_stateless()
+        return float(np.sum(losses, dtype=np.float64) / losses.size)
+
+    def logits(self, ids, *, lengths=None) -> np.ndarray:
+        """Float32 logits (batch, length, vocab) of every position; with lengths, padding positions are +0.0."""
+        self._check_alive()
+        c = self._shape
+        array = np.asarray(ids)
+        if array.ndim != 2:
+            raise ValueError(f"logits: ids must be 2-D (batch, length), got shape {array.shape}")
+        batch, length = array.shape
+        if not 1 <= batch <= LOGITS_MAX_BATCH:
+            raise ValueError(f"logits: batch must be in [1, {LOGITS_MAX_BATCH}], got {batch}")
+        if not 1 <= length <= c.length:
+            raise ValueError(f"logits: length must be in [1, {c.length}], got {length}")
+        if batch * length * c.vocab_size > LOGITS_MAX_CELLS:
+            raise ValueError(f"logits: batch·length·vocab = {batch * length * c.vocab_size} exceeds "
+                             f"{LOGITS_MAX_CELLS}")
+        ids = self._ids(array, length=length, what="logits", max_batch=LOGITS_MAX_BATCH)
+        real = self._lengths(lengths, batch, length)
+        model = self._open()
+        out = self._engine_call(lambda: model.forward(ids).logits.numpy()).reshape(batch, length, c.vocab_size)
+        self._close_if_stateless()
+        # Causal attention and row-wise kernels make a real position's logits independent of what follows it,
+        # so the row's padding cannot reach them; padding positions themselves answer +0.0.
+        out[np.arange(length)[None, :] >= real[:, None]] = 0.0
+        if not np.all(np.isfinite(out)):
+            raise RuntimeError("logits: a logit is not finite")
+        return out
+
+    @staticmethod
+    def _lengths(lengths, batch: int, length: int) -> np.ndarray:
+        if lengths is None:
+            return np.full(batch, length)
+        real = np.asarray(lengths)
+        if real.shape != (batch,) or not np.issubdtype(real.dtype, np.integer):
+            raise ValueError(f"lengths must be {batch} integers, got {real!r}")
+        if real.min() < 1 or real.max() > length:
+            raise ValueError(f"lengths must lie in [1, {length}], got [{real.min()}, {real.max()}]")
+        return real
+
+    def next_bytes(self, ids, *, lengths=None) -> list[int]:
+        """The greedy next id after each row (its last real position); ties go to the lowest id."""
+        out = self.logits(ids, lengths=lengths)
+        last = self._lengths(lengths, out.shape[0], out.shape[1]) - 1
+        return [int(i) for i in np.argmax(out[np.arange(out.shape[0]), last], axis=-1)]
+
+    # ---- state ----------------------------------------------------------------------------------------
+
+    def export_state(self) -> dict:
+        """The complete training state as fresh copies (downloads a resident session once)."""
+        self._check_alive()
+        self._sync_host()
+        return ckpt.validate_state(self._state, self._shape)
+
+    def state_dict(self) -> dict:
+        return self.export_state()
+
+    def load_state_dict(self, state) -> None:
+        """Replace the complete state; validated first, so a refused state leaves the trainer untouched."""
+        checked = ckpt.validate_state(state)
+        self._adopt(checked)
+
+    def export_gradients(self, named: bool = True) -> dict:
+        """The pre-update gradient of the last completed step of a resident session."""
+        self._check_alive()
+        if not self._resident or self._model is None:
+            raise RuntimeError("export_gradients: no resident session is open (train_step returns gradients "
+                               "on the stateless path)")
+        if not self._gradient_ready:
+            raise RuntimeError("export_gradients: no step has completed since the session was opened, "
+                               "restored or rolled back")
+        flat = self._engine_call(self._model.gradients.numpy)
+        out = {"flat_gradients": flat}
+        if named:
+            out["gradients"] = {k: v.copy() for k, v in split_parameters(flat, self._shape).items()}
+        return out
+
+    def close(self) -> None:
+        """Copy the device state to the host and release the device; a later call re-opens it."""
+        if self._lost:
+            self._model = None
+            return
+        self._sync_host()
+        self._model = None
+        self._gradient_ready = False
+
+    @property
+    def step_(self) -> int:
+        return self._state["step"]
+
+    @property
+    def parameters_(self) -> np.ndarray:
+        self._check_alive()
+        if self._model is not None:
+            return self._engine_call(self._model.parameters.numpy)
+        return self._state["parameters"].copy()
+
+    @property
+    def data_schedule(self) -> dict:
+        return copy.deepcopy(self._state["data_schedule"])
+
+    @staticmethod
+    def parameter_registry(shape=None) -> list[dict]:
+        return parameter_registry(shape)
+
+    def run_metadata(self) -> dict:
+        """Profile, configuration, schedule and binary details of this run (constants only)."""
+        from .. import _build
+
+        variant_dir = _build.VARIANTS_DIR / engine.ENGINE_VARIANT
+        key_file = variant_dir / "build.key"
+        return {
+            "trainer": "uform.LanguageModelTrainer",
+            "device": self._device.name,
+            "resident": self._resident,
+            "step_result": self._step_result,
+            "numeric_mode": numeric_mode(),
+            "config": self._shape.to_dict(),
+            "n_total": self._shape.n_total,
+            "hyperparameters": dict(self._state["hyperparameters"]),
+            "completed_steps": self._state["step"],
+            "data_schedule": self.data_schedule,
+            "engine": {"variant": engine.ENGINE_VARIANT,
+                       "build_key": key_file.read_text() if key_file.exists() else None},
+        }
+
+    def attention_stage_report(self) -> dict | None:
+        """Memory held by the open session's attention stages (None without a resident session).
+
+        The engine's attention never materialises score matrices (each query walks its keys), so the
+        eager cells are zero; what it keeps is one log-sum-exp per query and head, per layer."""
+        if not self._resident or self._model is None:
+            return None
+        c = self._shape
+        report = {"forward_eager_cells": 0, "forward_aexp_cells": 0, "backward_eager_cells": 0,
+                  "forward_eager_bytes": 0, "forward_aexp_bytes": 0, "backward_eager_bytes": 0,
+                  "eager_bytes": 0, "layers": c.layers, "per_layer": []}
+        lse_cells = sum(batch * length * c.heads for batch, length in self._model._activations)
+        report["lse_bytes"] = 4 * lse_cells * c.layers
+        report["total_bytes"] = report["lse_bytes"]
+        report["per_layer"] = [{"layer": i, "path": "streaming", "lse_cells": lse_cells} for i in range(c.layers)]
+        return report
+
+    # ---- checkpoints ------------------------------------------------------------------------------------
+
+    def export_checkpoint(self, path) -> None:
+        """Write the complete state to path as a JSON checkpoint (atomic, at most 2 MiB)."""
+        ckpt.write_json_checkpoint(path, self.export_state())
+
+    save_checkpoint = export_checkpoint
+
+    def export_checkpoint_binary(self, path) -> str:
+        """Write the complete state as a binary checkpoint (atomic); returns the file's SHA-256."""
+        return ckpt.write_binary_checkpoint(path, self.export_state())
+
+    @classmethod
+    def _from_state(cls, state: dict, resident, executor) -> LanguageModelTrainer:
+        trainer = cls.__new__(cls)
+        trainer._executor = default_executor() if executor is None else executor_from(executor)
+        trainer._resident, trainer._step_result = trainer._session_mode(resident, None)
+        trainer._adopt(state)
+        return trainer
+
+    @classmethod
+    def from_checkpoint(cls, path, *, resident=None, executor=None) -> LanguageModelTrainer:
+        return cls._from_state(ckpt.read_json_checkpoint(path), resident, executor)
+
+    @classmethod
+    def from_checkpoint_bytes(cls, encoded, *, resident=None, executor=None) -> LanguageModelTrainer:
+        if not isinstance(encoded, bytes):
+            raise TypeError(f"from_checkpoint_bytes takes exactly bytes, got {type(encoded).__name__}")
+        return cls._from_state(ckpt.read_json_checkpoint_bytes(encoded), resident, executor)
+
+    @classmethod
+    def from_checkpoint_binary(cls, path, *, resident=None, executor=None) -> LanguageModelTrainer:
+        return cls._from_state(ckpt.read_binary_checkpoint(path), resident, executor)
+
+
+SmallByteLanguageModelTrainer = LanguageModelTrainer
+
+
+def state_sha256(state: dict) -> str:
+    """SHA-256 over a state's parameters, m and v bytes (for comparing runs bit for bit)."""
+    digest = hashlib.sha256()
+    for name in ckpt.ARRAYS:
+        digest.update(np.ascontiguousarray(state[name], "<f4").tobytes())
+    return digest.hexdigest()
+
