@@ -160,17 +160,16 @@ class LanguageModelTrainer:
         step = self._state["step"] + 1
 
         def run():
-            act = model.forward(ids[:, :-1])
-            losses = model.losses(act, ids[:, 1:], with_gradient=True)
-            return act, losses
+            io = model.forward(ids[:, :-1])
+            return io, model.losses(io, ids[:, 1:], with_gradient=True)
 
-        act, losses = self._engine_call(run)
+        io, losses = self._engine_call(run)
         loss = float(np.sum(losses, dtype=np.float64) / losses.size)
         if not math.isfinite(loss):
             self._gradient_ready = False
             self._close_if_stateless()
             raise RuntimeError(f"train_step: the loss is not finite ({loss}); the step was rolled back")
-        self._engine_call(lambda: model.backward(act, ids[:, :-1]))
+        self._engine_call(lambda: model.backward(io, ids[:, :-1]))
         self._engine_call(lambda: model.adamw(step=step, lr=h["lr"], betas=h["betas"], eps=h["eps"],
                                               weight_decay=h["weight_decay"]))
         self._state["step"] = step
@@ -218,7 +217,7 @@ class LanguageModelTrainer:
         ids = self._ids(array, length=length, what="logits", max_batch=LOGITS_MAX_BATCH)
         real = self._lengths(lengths, batch, length)
         model = self._open()
-        out = self._engine_call(lambda: model.forward(ids).logits.numpy()).reshape(batch, length, c.vocab_size)
+        out = self._engine_call(lambda: model.forward(ids)["logits"].numpy()).reshape(batch, length, c.vocab_size)
         self._close_if_stateless()
         # Causal attention and row-wise kernels make a real position's logits independent of what follows it,
         # so the row's padding cannot reach them; padding positions themselves answer +0.0.
@@ -335,7 +334,7 @@ class LanguageModelTrainer:
         report = {"forward_eager_cells": 0, "forward_aexp_cells": 0, "backward_eager_cells": 0,
                   "forward_eager_bytes": 0, "forward_aexp_bytes": 0, "backward_eager_bytes": 0,
                   "eager_bytes": 0, "layers": c.layers, "per_layer": []}
-        lse_cells = sum(batch * length * c.heads for batch, length in self._model._activations)
+        lse_cells = sum(n * c.heads for n in self._model.stack.token_counts())
         report["lse_bytes"] = 4 * lse_cells * c.layers
         report["total_bytes"] = report["lse_bytes"]
         report["per_layer"] = [{"layer": i, "path": "streaming", "lse_cells": lse_cells} for i in range(c.layers)]
