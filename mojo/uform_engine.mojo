@@ -10,7 +10,7 @@ from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, gpu_device_count
 from engine.launch import device_of, launch_from_python
 from engine.target import HAS_ACCELERATOR
-from kernels import adamw, attention, embedding, gemm, norms, pointwise, rotary
+from kernels import adamw, attention, contrastive, embedding, gemm, norms, pointwise, rotary
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -86,6 +86,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[launch_from_python[pointwise.silu_backward]]("silu_backward")
         m.def_function[launch_from_python[pointwise.add]]("add")
         m.def_function[launch_from_python[pointwise.scale]]("scale")
+        m.def_function[launch_from_python[pointwise.fill]]("fill")
         m.def_function[launch_from_python[norms.rmsnorm_forward]]("rmsnorm_forward")
         m.def_function[launch_from_python[norms.rmsnorm_backward]]("rmsnorm_backward")
         m.def_function[launch_from_python[norms.softmax_forward]]("softmax_forward")
@@ -102,6 +103,13 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[launch_from_python[embedding.embedding_forward]]("embedding_forward")
         m.def_function[launch_from_python[embedding.embedding_backward]]("embedding_backward")
         m.def_function[launch_from_python[adamw.adamw]]("adamw")
+        m.def_function[launch_from_python[contrastive.pool_forward]]("pool_forward")
+        m.def_function[launch_from_python[contrastive.pool_backward]]("pool_backward")
+        m.def_function[launch_from_python[contrastive.l2_normalize_forward]]("l2_normalize_forward")
+        m.def_function[launch_from_python[contrastive.l2_normalize_backward]]("l2_normalize_backward")
+        m.def_function[launch_from_python[contrastive.row_temperature]]("row_temperature")
+        m.def_function[launch_from_python[contrastive.pair_loss]]("pair_loss")
+        m.def_function[launch_from_python[contrastive.group_sums]]("group_sums")
         return m.finalize()
     except e:
         abort(String("failed to create module _engine: ", e))

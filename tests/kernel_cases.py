@@ -1,8 +1,9 @@
 """Kernel test cases shared by the reference tests and the CPU-vs-GPU bit test.
 
 Each case draws fresh random inputs from a seed, runs one kernel on a device and
-answers {name: (output, float64 reference, tolerance)}. The tolerance is a bound
-on max |out − ref| / (max |ref| + 1e-30) per output, stated per kernel here.
+answers {name: (output, float64 reference, tolerance[, magnitude])}. The tolerance
+bounds max |out − ref| / magnitude per output, stated per kernel here; magnitude is
+max |ref| unless the case names the scale of an output that cancels to near zero.
 """
 
 from __future__ import annotations
@@ -223,6 +224,85 @@ def case_adamw(device: uform.Device, seed: int, size: int, steps: int):
     return {"p": (pb.numpy(), ref_p, 1e-6), "m": (mb.numpy(), ref_m, 1e-6), "v": (vb.numpy(), ref_v, 1e-6)}
 
 
+def case_pooling(device: uform.Device, seed: int, segments: int, width: int):
+    rng = rng_for(seed)
+    lengths = rng.integers(1, 9, segments).astype(np.int32)
+    starts = (np.cumsum(lengths) - lengths + np.arange(segments)).astype(np.int32)  # a padding token between
+    tokens = int(starts[-1] + lengths[-1] + 1)
+    token_segments = np.full(tokens, -1, np.int32)
+    for s in range(segments):
+        token_segments[starts[s]:starts[s] + lengths[s]] = s
+    y = rng.standard_normal((tokens, width)).astype(np.float32)
+    de = rng.standard_normal((segments, width)).astype(np.float32)
+    e, dy = device.empty((segments, width)), device.put(np.ones((tokens, width), np.float32))
+    lb = device.put(lengths)
+    K.pool_forward(e, device.put(y), device.put(starts), lb, width)
+    K.pool_backward(dy, device.put(de), device.put(token_segments), lb, width, accumulate=True)
+    ref_e = np.stack([f64(y)[starts[s]:starts[s] + lengths[s]].mean(0) for s in range(segments)])
+    ref_dy = 1.0 + np.where(token_segments[:, None] >= 0, f64(de)[token_segments] / lengths[token_segments][:, None], 0)
+    return {"e": (e.numpy(), ref_e, 1e-6), "dy": (dy.numpy(), ref_dy, 1e-6)}
+
+
+def case_l2_normalize(device: uform.Device, seed: int, rows: int, width: int, stride: int):
+    rng = rng_for(seed)
+    e = rng.standard_normal((rows, stride)).astype(np.float32)
+    du = rng.standard_normal((rows, width)).astype(np.float32)
+    u, inverse = device.empty((rows, width)), device.empty(rows)
+    de = device.put(np.ones((rows, stride), np.float32))
+    eb = device.put(e)
+    K.l2_normalize_forward(u, inverse, eb, width, stride)
+    K.l2_normalize_backward(de, device.put(du), u, inverse, width, stride, accumulate=True)
+    x = f64(e)[:, :width]
+    norm = np.sqrt((x**2).sum(1, keepdims=True) + 1e-12)
+    ref_u = x / norm
+    ref_de = np.ones((rows, stride))
+    ref_de[:, :width] += (f64(du) - ref_u * (ref_u * f64(du)).sum(1, keepdims=True)) / norm
+    return {"u": (u.numpy(), ref_u, 1e-6), "de": (de.numpy(), ref_de, 2e-6)}
+
+
+def case_pair_loss(device: uform.Device, seed: int, segments: int, groups: int, ranked: bool):
+    rng = rng_for(seed)
+    cos = np.clip(rng.standard_normal((segments, segments)) * 0.4, -1, 1).astype(np.float32)
+    sign = rng.choice([-1.0, 0.0, 1.0], (segments, segments), p=[0.5, 0.2, 0.3]).astype(np.float32)
+    np.fill_diagonal(sign, 0)
+    weight = np.where(sign != 0, rng.uniform(0.5, 2, (segments, segments)), 0).astype(np.float32)
+    group = rng.integers(0, groups, segments).astype(np.int32)
+    log_scale = rng.uniform(0, 2.5, groups).astype(np.float32)
+    bias = rng.uniform(-5, 1, groups).astype(np.float32)
+    norm, scale = 0.37, 0.5
+    temperature, losses = device.empty((segments, 2)), device.empty(segments)
+    dcos, dls, db = device.empty((segments, segments)), device.empty(segments), device.empty(segments)
+    gb = device.put(group)
+    K.row_temperature(temperature, device.put(log_scale), device.put(bias), gb)
+    K.pair_loss(losses, dcos, dls, db, device.put(cos), device.put(sign), device.put(weight), temperature,
+                form=K.FORM_RANKED if ranked else K.FORM_WEIGHTED_SIGMOID, ranked_norm=norm, grad_scale=scale)
+    g_ls, g_b = device.empty(groups), device.empty(groups)
+    K.group_sums(g_ls, dls, gb)
+    K.group_sums(g_b, db, gb)
+    t = np.exp(f64(log_scale))[group][:, None]
+    z = t * f64(cos) + f64(bias)[group][:, None]
+    softplus = lambda x: np.logaddexp(0, x)  # noqa: E731
+    sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    w, sg = f64(weight), f64(sign)
+    if ranked:
+        gap = z[:, None, :] - z[:, :, None]              # [i, p, n] = z_in − z_ip
+        pn = (sg[:, :, None] > 0) & (sg[:, None, :] < 0)
+        ww = norm * w[:, :, None] * w[:, None, :] * pn
+        ref_loss = (ww * softplus(gap)).sum((1, 2))
+        force = ww * sigmoid(gap)
+        dz = force.sum(1) - force.sum(2)
+    else:
+        ref_loss = (w * softplus(-sg * z) * (sg != 0)).sum(1)
+        dz = -sg * w * sigmoid(-sg * z) * (sg != 0)
+    dz = dz * scale
+    ref_dls = np.array([(dz * f64(cos) * t)[group == g].sum() for g in range(groups)])
+    ref_db = np.array([dz[group == g].sum() for g in range(groups)])
+    # Under the ranked form Σ_j dz_ij = 0 (the bias cancels): dbias is measured against the size of dz.
+    return {"loss": (losses.numpy(), ref_loss, 2e-6), "dcos": (dcos.numpy(), dz * t, 2e-6),
+            "dlog_scale": (g_ls.numpy(), ref_dls, 2e-6),
+            "dbias": (g_b.numpy(), ref_db, 2e-6, np.abs(dz).sum() if ranked else np.abs(ref_db).max())}
+
+
 def all_cases():
     """(id, function, kwargs) for every case; both test modules iterate this list."""
     cases = []
@@ -248,6 +328,15 @@ def all_cases():
     for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
         cases.append((f"embedding-{tokens}-{vocab}x{width}", case_embedding,
                       dict(tokens=tokens, vocab=vocab, width=width)))
+    for segments, width in ((1, 8), (5, 64), (40, 200)):
+        cases.append((f"pooling-{segments}x{width}", case_pooling, dict(segments=segments, width=width)))
+    for rows, width, stride in ((1, 8, 8), (7, 64, 128), (33, 200, 200)):
+        cases.append((f"l2_normalize-{rows}x{width}of{stride}", case_l2_normalize,
+                      dict(rows=rows, width=width, stride=stride)))
+    for segments, groups in ((2, 1), (9, 2), (40, 3)):
+        for ranked in (False, True):
+            cases.append((f"pair_loss-{segments}-g{groups}-{'ranked' if ranked else 'sigmoid'}", case_pair_loss,
+                          dict(segments=segments, groups=groups, ranked=ranked)))
     for size, steps in ((1, 1), (1000, 5)):
         cases.append((f"adamw-{size}-{steps}", case_adamw, dict(size=size, steps=steps)))
     return cases

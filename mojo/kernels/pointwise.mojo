@@ -4,6 +4,7 @@
     silu_backward:  dx = dy·silu'(x)   (a0 = dx, a1 = x, a2 = dy)
     add:            y = a + b          (a0 = y, a1 = a, a2 = b)
     scale:          y = α·x            (a0 = y, a1 = x, x0 = α)
+    fill:           y = α              (a0 = y, x0 = α)
 """
 
 from engine.device import f32_at
@@ -58,3 +59,7 @@ def add(i: Int, args: Args):
 
 def scale(i: Int, args: Args):
     f32_at(args.a0).unsafe_store(i, args.x0 * f32_at(args.a1).unsafe_load(i))
+
+
+def fill(i: Int, args: Args):
+    f32_at(args.a0).unsafe_store(i, args.x0)

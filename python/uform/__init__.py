@@ -9,8 +9,15 @@ from . import kernels
 from .engine import ENGINE_VARIANT, Buffer, Device, gpu_count
 from .executor import Executor, default_executor, numeric_mode, set_default_executor, set_numeric_mode
 from .lm import LanguageModelConfig, LanguageModelTrainer, SmallByteLanguageModelTrainer
+from .training import (Arena, AudioShape, BatchShape, Choices, Contrastive, Deferred, Edges, ErrorCode,
+                       ImageShape, LateInteraction, LateInteractionSide, Masking, Modality, Negatives, Objective,
+                       PairLossForm, Relations, Scalar, Schedule, Trainer, TrainerStepStats, UFormError,
+                       VideoShape)
 
 __all__ = [
+    "Arena", "AudioShape", "BatchShape", "Choices", "Contrastive", "Deferred", "Edges", "ErrorCode", "ImageShape",
+    "LateInteraction", "LateInteractionSide", "Masking", "Modality", "Negatives", "Objective", "PairLossForm",
+    "Relations", "Scalar", "Schedule", "Trainer", "TrainerStepStats", "UFormError", "VideoShape",
     "Buffer", "Device", "ENGINE_VARIANT", "Executor", "LanguageModelConfig", "LanguageModelTrainer",
     "SmallByteLanguageModelTrainer", "default_executor", "gpu_count", "kernels", "numeric_mode",
     "set_default_executor", "set_numeric_mode",

@@ -34,6 +34,8 @@ class Device:
         except Exception as error:  # the engine raises a plain Exception with its message
             raise RuntimeError(f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: {error}") from None
         self.ordinal = int(ordinal)
+        self.allocated_bytes = 0  # held now by this device's buffers
+        self.peak_bytes = 0       # the most ever held at once
 
     @classmethod
     def cpu(cls) -> Device:
@@ -91,6 +93,8 @@ class Buffer:
         self.owner = view_of  # a view keeps its allocation alive and never frees it
         if view_of is None:
             self.address = int(device._handle.alloc(self.nbytes))
+            device.allocated_bytes += self.nbytes
+            device.peak_bytes = max(device.peak_bytes, device.allocated_bytes)
         else:
             self.address = view_of.address + offset * dtype.itemsize
 
@@ -132,6 +136,7 @@ class Buffer:
         address = getattr(self, "address", None)
         if address is not None and getattr(self, "owner", True) is None:
             self.device._handle.free(address)
+            self.device.allocated_bytes -= self.nbytes
             self.address = None
 
     def __repr__(self) -> str:

@@ -84,6 +84,11 @@ def scale(y: Buffer, x: Buffer, alpha: float) -> None:
     _launch("scale", x.size, [y, x], scalars=[alpha])
 
 
+def fill(y: Buffer, value: float) -> None:
+    """y = value everywhere (y may be a view)."""
+    _launch("fill", y.size, [y], scalars=[value])
+
+
 # ---- GEMM ----------------------------------------------------------------------------------
 
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
@@ -271,3 +276,69 @@ def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr:
     _launch("adamw", params.size, [params, grads, m, v],
             [_f32_bits(float(sqrt_c2)), _f32_bits(eps), _f32_bits(1.0 - beta1), _f32_bits(1.0 - beta2)],
             [beta1, beta2, 1.0 - lr * weight_decay, lr / (1.0 - beta1 ** step)])
+
+
+# ---- the contrastive head --------------------------------------------------------------------------
+
+FORM_WEIGHTED_SIGMOID = 0  # SIGMOID and BALANCED: the host folds the normalisation into the weights
+FORM_RANKED = 1
+
+
+def pool_forward(e: Buffer, y: Buffer, starts: Buffer, lengths: Buffer, width: int) -> None:
+    """e[s] = mean of y over the tokens [starts[s], starts[s] + lengths[s])."""
+    segments = starts.size
+    _expect(e, "e", segments * width)
+    _expect(starts, "starts", segments, np.int32)
+    _expect(lengths, "lengths", segments, np.int32)
+    _launch("pool_forward", segments, [e, y, starts, lengths], [width])
+
+
+def pool_backward(dy: Buffer, de: Buffer, token_segments: Buffer, lengths: Buffer, width: int, *,
+                  accumulate: bool = False) -> None:
+    """dy[t] (+)= de[segment of t] / its length (tokens of segment −1 get nothing)."""
+    tokens = token_segments.size
+    _expect(dy, "dy", tokens * width)
+    _expect(token_segments, "token_segments", tokens, np.int32)
+    _launch("pool_backward", tokens, [dy, de, token_segments, lengths], [width, int(accumulate)])
+
+
+def l2_normalize_forward(u: Buffer, inverse_norm: Buffer, e: Buffer, width: int, stride: int) -> None:
+    """u = e[:, :width] / √(Σ e[:, :width]² + 1e-12) over rows of `stride` columns."""
+    rows = inverse_norm.size
+    _expect(u, "u", rows * width)
+    _expect(e, "e", rows * stride)
+    _launch("l2_normalize_forward", rows, [u, inverse_norm, e], [width, stride])
+
+
+def l2_normalize_backward(de: Buffer, du: Buffer, u: Buffer, inverse_norm: Buffer, width: int, stride: int, *,
+                          accumulate: bool = False) -> None:
+    rows = inverse_norm.size
+    _expect(du, "du", rows * width)
+    _expect(de, "de", rows * stride)
+    _launch("l2_normalize_backward", rows, [de, du, u, inverse_norm], [width, stride, int(accumulate)])
+
+
+def row_temperature(out: Buffer, log_scale: Buffer, bias: Buffer, groups: Buffer) -> None:
+    """out[i] = (e^log_scale[g_i], bias[g_i]) for every anchor row."""
+    rows = groups.size
+    _expect(out, "out", rows * 2)
+    _expect(groups, "groups", rows, np.int32)
+    _launch("row_temperature", rows, [out, log_scale, bias, groups])
+
+
+def pair_loss(losses: Buffer, dcos: Buffer, dlog_scale_rows: Buffer, dbias_rows: Buffer, cos: Buffer,
+              sign: Buffer, weight: Buffer, temperature_rows: Buffer, *, form: int, ranked_norm: float = 1.0,
+              grad_scale: float = 1.0) -> None:
+    """Per anchor row: the pair loss of z = t·cos + b against (sign, weight), dcos and the row's
+    temperature gradients (see mojo/kernels/contrastive.mojo)."""
+    rows = losses.size
+    for name, buffer in (("dcos", dcos), ("cos", cos), ("sign", sign), ("weight", weight)):
+        _expect(buffer, name, rows * rows)
+    _launch("pair_loss", rows, [losses, dcos, dlog_scale_rows, dbias_rows, cos, sign, weight, temperature_rows],
+            [rows, form], [ranked_norm, grad_scale])
+
+
+def group_sums(out: Buffer, values: Buffer, groups: Buffer, *, accumulate: bool = False) -> None:
+    """out[g] (+)= Σ of values over the rows of group g, ascending."""
+    _expect(groups, "groups", values.size, np.int32)
+    _launch("group_sums", out.size, [out, values, groups], [values.size, int(accumulate)])

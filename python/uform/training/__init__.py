@@ -10,6 +10,8 @@ Everything here is pure Python and numpy; the engine consumes what it produces:
 - :mod:`.masking` -- :func:`corrupt`, keyed span corruption for the masked objective.
 - :mod:`.schedule` -- :func:`learning_rate` of every step.
 - :mod:`.stats`, :mod:`.arena` -- what a step reports and where it lands embeddings.
+- :mod:`.encoder` -- the text encoder on a device; :mod:`.trainer` -- ``Trainer`` itself;
+  :mod:`.checkpoint` -- its safetensors checkpoint.
 """
 
 from .arena import Arena
@@ -23,10 +25,11 @@ from .relations import Edges, Relations, check_relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_step_inputs
+from .trainer import Deferred, DeferredOn, On, Trainer
 from .vocabulary import MASK, PAD, VOCABULARY_SIZE
 
 __all__ = [
-    "Arena", "AudioShape", "BatchShape", "Choices", "Contrastive", "DerivedRun", "Edges", "ErrorCode", "ImageShape",
+    "Arena", "AudioShape", "Deferred", "DeferredOn", "On", "Trainer", "BatchShape", "Choices", "Contrastive", "DerivedRun", "Edges", "ErrorCode", "ImageShape",
     "LateInteraction", "LateInteractionSide", "MASK", "Masking", "Modality", "Negatives", "Objective", "PAD", "Packed",
     "PairLossForm", "Relations", "Scalar", "Schedule", "StepInputs", "TrainerStepStats", "UFormError",
     "VOCABULARY_SIZE", "VideoShape", "check_relations", "check_step_inputs", "corrupt", "learning_rate",

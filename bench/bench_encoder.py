@@ -1,0 +1,109 @@
+"""Text-encoder training throughput: uform.Trainer (JOINT) against the same tower and losses in PyTorch
+(fp32, TF32 off, SDPA with the segment mask, autograd, AdamW), measured in the same run on the GPU,
+with each side's peak device memory. Figure: bench/RESULTS.md."""
+
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+
+import uform
+from common import arguments, write_results
+from uform.training import check_step_inputs, torch_reference
+
+GEOMETRY = dict(depth=12, hidden=768, rows=64, columns=1024, segments=256)
+QUICK = dict(depth=2, hidden=128, rows=8, columns=256, segments=32)
+
+
+def corpus_items(count: int, seed: int) -> list[bytes]:
+    """Slices of 64–512 bytes of the standard library's sources: real text of varied lengths."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    data = b"".join((root / name).read_bytes() for name in ("argparse.py", "textwrap.py", "functools.py"))
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(64, 513, count)
+    starts = rng.integers(0, len(data) - 513, count)
+    return [data[s:s + n] for s, n in zip(starts, lengths)]
+
+
+def main():
+    args = arguments(__doc__)
+    g = QUICK if args.quick or not uform.gpu_count() else GEOMETRY
+    executor = uform.Executor.for_vram([0]) if uform.gpu_count() else uform.Executor.for_ram()
+    device = executor.devices[0]
+    trainer = uform.Trainer.init_vram(
+        executor, depth=g["depth"], hidden=g["hidden"], objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=g["rows"], max_segments_per_device=g["segments"],
+                               max_columns_per_row=g["columns"]),
+        schedule=uform.Schedule(steps=1000), seed=0)
+    items = corpus_items(g["segments"], seed=1)
+    partners = np.arange(len(items)) ^ 1
+    relations = uform.Relations(attract=(np.arange(len(items) + 1), partners))
+    modalities = [uform.Modality.TEXT] * len(items)
+    stats = uform.TrainerStepStats()
+
+    def ours():
+        trainer.step(modalities, items, relations=relations, stats=stats)
+        device.synchronize()
+
+    ours()  # warm-up: buffers are made on the first step
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        ours()
+        times.append(time.perf_counter() - start)
+    positions = g["rows"] * g["columns"]
+    row = {"geometry": g, "packed_tokens": int(np.count_nonzero(trainer.step_batch(
+        check_step_inputs(modalities, items, relations=relations), False, 1)[1].segment_ids >= 0)),
+        "uform_seconds_per_step": round(float(np.median(times)), 3),
+        "uform_positions_per_s": round(positions / float(np.median(times)), 1),
+        "uform_peak_bytes": device.peak_bytes}
+    if uform.gpu_count():
+        row.update(torch_peer(trainer, items, relations, g, positions))
+    write_results(args.out, "encoder", [row])
+
+
+def torch_peer(trainer, items, relations, g, positions) -> dict:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    run = trainer.run
+    inputs = check_step_inputs([uform.Modality.TEXT] * len(items), items, relations=relations)
+    batch, packed = trainer.step_batch(inputs, False, 1)
+    from uform.training import pair_targets
+
+    sign, weight = pair_targets(inputs.relations, len(items), run.contrastive.negatives,
+                                run.contrastive.ambient_repulsion_weight)
+    chosen = np.ix_(packed.item_of_segment, packed.item_of_segment)
+    cuda = lambda a, dtype=None: torch.tensor(np.asarray(a), device="cuda", dtype=dtype)  # noqa: E731
+    flat = torch.tensor(trainer.model.parameters.numpy(), device="cuda", requires_grad=True)
+    optimizer = torch.optim.AdamW([flat], lr=1e-4)
+    tensors = dict(tokens=cuda(batch.tokens, torch.long), segments=cuda(batch.token_segments, torch.long),
+                   positions=cuda(batch.positions, torch.long), targets=cuda(batch.targets, torch.long),
+                   groups=cuda(batch.groups, torch.long), sign=cuda(sign[chosen], torch.float32),
+                   weight=cuda(weight[chosen], torch.float32))
+
+    def step():
+        optimizer.zero_grad(set_to_none=False)
+        out = torch_reference.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
+                                        widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
+        out["loss"].backward()
+        optimizer.step()
+        out["loss"].item()
+
+    step()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    seconds = float(np.median(times))
+    return {"torch_seconds_per_step": round(seconds, 3), "torch_positions_per_s": round(positions / seconds, 1),
+            "torch_peak_bytes": int(torch.cuda.max_memory_allocated())}
+
+
+if __name__ == "__main__":
+    main()

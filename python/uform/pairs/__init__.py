@@ -1,0 +1,19 @@
+"""Text pairs for ``python -m uform train``: the JSONL format, a built-in corpus, and evaluation.
+
+- :mod:`.jsonl`: :class:`Pair`, :func:`read_pairs`, :func:`write_pairs` -- one
+  ``{"query": ..., "document": ..., "weight"?: ..., "group"?: ...}`` object per line.
+- :mod:`.stdlib`: :func:`mine_standard_library_pairs` -- docstring-summary -> signature pairs parsed
+  (never imported) from this Python's standard library, so a run needs no download.
+- :mod:`.evaluate`: :func:`recall_at_1` (cosine, ties are misses), :func:`bag_of_bytes_embeddings`
+  (the hashed byte-bigram baseline) and :func:`split_pairs` (deterministic held-out split).
+"""
+
+from .evaluate import BIGRAM_DIMENSIONS, bag_of_bytes_embeddings, recall_at_1, split_pairs
+from .jsonl import Pair, PairFormatError, read_pairs, write_pairs
+from .stdlib import MAX_QUERY_BYTES, MIN_QUERY_BYTES, mine_standard_library_pairs, standard_library_files
+
+__all__ = [
+    "BIGRAM_DIMENSIONS", "MAX_QUERY_BYTES", "MIN_QUERY_BYTES", "Pair", "PairFormatError",
+    "bag_of_bytes_embeddings", "mine_standard_library_pairs", "read_pairs", "recall_at_1",
+    "split_pairs", "standard_library_files", "write_pairs",
+]

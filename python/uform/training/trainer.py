@@ -1,0 +1,310 @@
+"""``uform.Trainer``: the multimodal training API of the seeds, for text items, on one device.
+
+    trainer = uform.Trainer.init_vram(executor, depth=2, hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=256),
+                                      schedule=uform.Schedule(steps=1000), seed=42)
+    trainer.step([uform.Modality.TEXT] * 4, texts, relations=uform.Relations(attract=(offsets, ids)), stats=stats)
+    trainer.save("checkpoint.safetensors")
+
+A step checks every argument before anything runs (a refused step changes nothing), packs the
+items into the batch's rows, corrupts them for the masked objective (draws keyed by seed, step
+and item), resolves the relations into pair targets, and runs forward, losses, backward and
+AdamW on the device (``uform.training.encoder``). ``trainer.on(executor)`` answers a receiver
+whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
+Not yet supported, each refused with ``UNSUPPORTED`` naming what: a mesh (several processes),
+several devices per executor, media items, late interaction and choices with a positive weight.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from .. import kernels as K
+from ..executor import Executor
+from . import checkpoint
+from .arena import Arena
+from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
+from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
+from .enums import Objective, PairLossForm, Scalar
+from .errors import ErrorCode, UFormError
+from .masking import corrupt
+from .packing import pack_texts
+from .relations import Relations, pair_targets
+from .schedule import learning_rate
+from .stats import TrainerStepStats
+from .step_inputs import StepInputs, check_step_inputs
+from .vocabulary import IGNORED_TARGET
+
+
+class Trainer:
+    """A training run on the device of the executor it was created on."""
+
+    def __init__(self, *, executor: Executor, run, seed: int, model: EncoderModel, step: int):
+        self._executor = executor
+        self._run = run
+        self._seed = seed
+        self._model = model
+        self._step = step
+        self._dropped_unread = 0
+        self._lock = threading.Lock()
+        self._worker: ThreadPoolExecutor | None = None
+
+    # ---- creation ------------------------------------------------------------------------------------
+
+    @classmethod
+    def init_vram(cls, executor: Executor, /, *, mesh=None, resume=None, depth: int = 0, hidden: int = 0,
+                  batch: BatchShape | None = None, objective: Objective = Objective.MASKED,
+                  masking: Masking | None = None, contrastive: Contrastive | None = None,
+                  late_interaction: LateInteraction | None = None, choices: Choices | None = None,
+                  schedule: Schedule | None = None, seed: int = 0, progress=None, progress_steps: int = 0) -> Trainer:
+        """Build the replica on the executor's device and start, or resume from `resume`, the run."""
+        if not isinstance(executor, Executor):
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
+                                                         f"{type(executor).__name__}")
+        if mesh is not None:
+            raise UFormError(ErrorCode.UNSUPPORTED, "mesh: multi-process runs are not supported yet")
+        if len(executor.devices) != 1:
+            raise UFormError(ErrorCode.UNSUPPORTED, f"executor: {len(executor.devices)} devices; one device per "
+                                                    "trainer is supported today")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
+        run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule)
+        if run.late_interaction.weight > 0:
+            raise UFormError(ErrorCode.UNSUPPORTED, "late_interaction.weight: late interaction is not supported yet")
+        if run.choices.weight > 0:
+            raise UFormError(ErrorCode.UNSUPPORTED, "choices.weight: calibrated choices are not supported yet")
+        geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
+                                   objective=run.objective, max_columns=run.batch.max_columns_per_row)
+        registry = encoder_registry(geometry)
+        run_text = checkpoint.run_json(run)
+        if resume is not None:
+            loaded = checkpoint.read(resume, registry, run=run_text, seed=int(seed), progress=progress,
+                                     progress_steps=progress_steps)
+            if loaded is None:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
+            parameters, m, v, step = loaded
+        else:
+            contrastive_run = run.contrastive
+            parameters = initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
+                                            contrastive_run.bias)
+            m, v, step = np.zeros_like(parameters), np.zeros_like(parameters), 0
+        widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
+        model = EncoderModel(executor.devices[0], geometry, parameters, m, v, widths)
+        return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
+
+    # ---- receivers ----------------------------------------------------------------------------------------
+
+    def _check_executor(self, executor: Executor) -> None:
+        if executor is not self._executor:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, "executor: a trainer's verbs run on the executor it was "
+                                                         "made on")
+
+    def on(self, executor: Executor, /) -> On:
+        """A receiver whose verbs block on `executor` (the one the trainer was made on)."""
+        self._check_executor(executor)
+        return On(self)
+
+    def deferred(self, executor: Executor, /) -> DeferredOn:
+        """A receiver whose verbs submit to `executor` and answer a Deferred at once."""
+        self._check_executor(executor)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uform-trainer")
+        return DeferredOn(self, self._worker)
+
+    # ---- facts ----------------------------------------------------------------------------------------------
+
+    @property
+    def completed_steps(self) -> int:
+        """Optimizer steps applied, across resumes."""
+        return self._step
+
+    @property
+    def run(self):
+        """The validated run, every field derived."""
+        return self._run
+
+    @property
+    def model(self) -> EncoderModel:
+        """The engine-side model (parameters, gradient and moments on the device), for inspection."""
+        return self._model
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Every parameter tensor by name (a download)."""
+        flat = self._model.parameters.numpy()
+        return {e["name"]: flat[e["offset"]:e["offset"] + e["size"]].reshape(e["shape"]).copy()
+                for e in self._model.registry}
+
+    # ---- the step ---------------------------------------------------------------------------------------------
+
+    def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
+             choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
+             outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None):
+        """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None."""
+        with self._lock:
+            if stats is not None:
+                stats.reset()
+            run = self._run
+            inputs = check_step_inputs(
+                modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides,
+                choices=choices, choice_targets=choice_targets, relations=relations,
+                temperature_group_count=run.contrastive.temperature_groups,
+                max_edges_per_device=run.contrastive.max_edges_per_device,
+                max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar)
+            if arena is not None and not isinstance(arena, Arena):
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
+            step = self._step + 1
+            batch, packed = self.step_batch(inputs, bags is not None, step)
+            want_pooled = arena is not None and run.objective != Objective.MASKED
+            losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True,
+                                             want_pooled=want_pooled)
+            if not np.isfinite(losses.total):
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
+                                 f"({losses.total}); nothing was updated")
+            rate = learning_rate(run.schedule, step)
+            self._model.adamw(step=step, lr=rate)
+            self._step = step
+            self._dropped_unread += packed.dropped
+            if stats is not None:
+                stats.step, stats.learning_rate, stats.loss = step, rate, losses.total
+                stats.contrastive_loss, stats.masked_text_loss = losses.contrastive, losses.masked
+                stats.truncated, stats.dropped = packed.truncated, self._dropped_unread
+                self._dropped_unread = 0
+            if not want_pooled:
+                return None
+            rows = np.zeros((len(inputs.contents), run.hidden), np.float32)
+            rows[packed.item_of_segment] = losses.pooled
+            return arena.land(rows, inputs.outputs_scalar)
+
+    def evaluate(self, modalities, contents, /, *, relations: Relations | None = None, temperature_groups=None,
+                 corrupt_as_step: int | None = None) -> dict:
+        """The step's losses without any update, plus the unit-norm pooled embeddings of every item and the
+        masked-byte accuracy at covered positions (corrupted as step `corrupt_as_step` would be, by default
+        the next one). Dropped items' embeddings are zero rows."""
+        with self._lock:
+            run = self._run
+            inputs = check_step_inputs(modalities, contents, relations=relations,
+                                       temperature_groups=temperature_groups,
+                                       temperature_group_count=run.contrastive.temperature_groups,
+                                       max_edges_per_device=run.contrastive.max_edges_per_device)
+            step = self._step + 1 if corrupt_as_step is None else corrupt_as_step
+            batch, packed = self.step_batch(inputs, False, step)
+            contrastive = run.objective != Objective.MASKED
+            losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=False,
+                                             want_pooled=contrastive)
+            result = {"loss": losses.total, "masked_text_loss": losses.masked,
+                      "contrastive_loss": losses.contrastive}
+            if contrastive:
+                embeddings = np.zeros((len(inputs.contents), run.hidden), np.float32)
+                embeddings[packed.item_of_segment] = losses.pooled
+                result["embeddings"] = embeddings
+            if run.objective != Objective.CONTRASTIVE and batch.covered:
+                covered = batch.targets.reshape(-1) >= 0
+                predicted = self._model.masked_predictions()[covered]
+                result["masked_accuracy"] = float(np.mean(predicted == batch.targets.reshape(-1)[covered]))
+            return result
+
+    def step_batch(self, inputs: StepInputs, bags_given: bool, step: int):
+        """Pack, corrupt and resolve one step's items on the host: (StepBatch, Packed)."""
+        run = self._run
+        shape = run.batch
+        packed = pack_texts(inputs.contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
+                            shape.max_columns_per_row, shape.max_segments_per_device, shape.max_bags_per_device)
+        columns = shape.max_columns_per_row
+        if run.objective == Objective.CONTRASTIVE:
+            tokens, targets = packed.tokens, np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
+        else:
+            tokens, targets = corrupt(packed, run.masking, self._seed, step)
+        items = packed.item_of_segment
+        sign, weight = pair_targets(inputs.relations, len(inputs.contents), run.contrastive.negatives,
+                                    run.contrastive.ambient_repulsion_weight)
+        sign, weight = sign[np.ix_(items, items)], weight[np.ix_(items, items)].astype(np.float64)
+        form, folded, ranked_norm = fold_normalisation(run.contrastive.pair_loss, sign, weight)
+        batch = StepBatch(
+            tokens=tokens, targets=targets, positions=packed.positions, token_segments=packed.segment_ids,
+            segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
+            segment_lengths=packed.segment_length.astype(np.int32),
+            groups=inputs.temperature_groups[items].astype(np.int32), sign=sign.astype(np.float32),
+            weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)))
+        return batch, packed
+
+    # ---- save ----------------------------------------------------------------------------------------------------
+
+    def save(self, path, /, *, progress=None, progress_steps: int = 0) -> None:
+        """Write weights, AdamW moments, temperatures, step and run to a safetensors file."""
+        with self._lock:
+            checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
+                             self._model.download_state(), step=self._step, seed=self._seed,
+                             run=checkpoint.run_json(self._run), progress=progress, progress_steps=progress_steps)
+
+
+def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray) -> tuple[int, np.ndarray, float]:
+    """Each form's normalisation (docs/encoder.md) folded into float32 pair weights, on the host in float64:
+    SIGMOID w/S; BALANCED w/Σw of its half; RANKED keeps w and answers 1/Σ_i (Σ_p w)(Σ_n w)."""
+    count = sign.shape[0]
+    attract, repel = sign > 0, sign < 0
+    if form == PairLossForm.RANKED:
+        pairs = float(np.sum(np.where(attract, weight, 0).sum(1) * np.where(repel, weight, 0).sum(1)))
+        return K.FORM_RANKED, weight.astype(np.float32), 1.0 / pairs if pairs > 0 else 0.0
+    if form == PairLossForm.BALANCED:
+        folded = np.zeros_like(weight)
+        for half in (attract, repel):
+            total = weight[half].sum()
+            if total > 0:
+                folded[half] = weight[half] / total
+        return K.FORM_WEIGHTED_SIGMOID, folded.astype(np.float32), 0.0
+    return K.FORM_WEIGHTED_SIGMOID, (weight / max(count, 1)).astype(np.float32), 0.0
+
+
+class On:
+    """The trainer's verbs, blocking."""
+
+    def __init__(self, trainer: Trainer):
+        self._trainer = trainer
+
+    def step(self, *args, **kwargs):
+        return self._trainer.step(*args, **kwargs)
+
+    def save(self, *args, **kwargs):
+        return self._trainer.save(*args, **kwargs)
+
+
+class Deferred:
+    """A submitted call: wait(), done(), result(), exception()."""
+
+    def __init__(self, future: Future):
+        self._future = future
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the call is final (or `timeout` seconds pass); answers whether it is."""
+        try:
+            self._future.exception(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: float | None = None):
+        """The call's answer, raising what it raised."""
+        return self._future.result(timeout)
+
+    def exception(self, timeout: float | None = None):
+        return self._future.exception(timeout)
+
+
+class DeferredOn:
+    """The trainer's verbs, each submitted to the trainer's worker, answering a Deferred at once."""
+
+    def __init__(self, trainer: Trainer, worker: ThreadPoolExecutor):
+        self._trainer, self._worker = trainer, worker
+
+    def step(self, *args, **kwargs) -> Deferred:
+        return Deferred(self._worker.submit(self._trainer.step, *args, **kwargs))
+
+    def save(self, *args, **kwargs) -> Deferred:
+        return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))

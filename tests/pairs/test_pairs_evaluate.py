@@ -1,0 +1,70 @@
+"""recall@1, the bag-of-bytes baseline, and the held-out split."""
+
+import numpy as np
+import pytest
+
+from uform.pairs import BIGRAM_DIMENSIONS, bag_of_bytes_embeddings, recall_at_1, split_pairs
+
+
+def test_identity_embeddings_recall_everything():
+    x = np.random.default_rng(0).normal(size=(64, 16))
+    assert recall_at_1(x, x) == 1.0
+    assert recall_at_1(np.eye(10), 3.0 * np.eye(10)) == 1.0  # cosine: scale does not matter
+    assert recall_at_1(np.ones((1, 4)), np.ones((1, 4))) == 1.0
+
+
+def test_mismatched_orthogonal_embeddings_recall_nothing():
+    q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(128, 128)))
+    shifted = np.roll(q, 1, axis=0)  # every query's best match is its own row, now one row down
+    assert recall_at_1(q, shifted) < 0.1
+    other, _ = np.linalg.qr(np.random.default_rng(2).normal(size=(128, 128)))
+    assert recall_at_1(q, other) < 0.1
+
+
+def test_ties_are_misses():
+    assert recall_at_1(np.ones((5, 3)), np.ones((5, 3))) == 0.0
+    assert recall_at_1(np.zeros((4, 3)), np.zeros((4, 3))) == 0.0
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    d = np.array([[1.0, 0.0], [1.0, 0.0]])  # query 0 ties between documents 0 and 1
+    assert recall_at_1(q, d) == 0.0
+
+
+def test_recall_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="same shape"):
+        recall_at_1(np.eye(3), np.eye(4))
+    with pytest.raises(ValueError, match="2-D"):
+        recall_at_1(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match="non-finite"):
+        recall_at_1(np.full((2, 2), np.nan), np.eye(2))
+
+
+def test_bag_of_bytes_shape_and_norm():
+    e = bag_of_bytes_embeddings(["hello world", b"ab", "a", ""])
+    assert e.shape == (4, BIGRAM_DIMENSIONS) and e.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(e[:2], axis=1), 1.0, rtol=1e-6)
+    assert not e[2].any() and not e[3].any()  # no bigram
+    assert np.count_nonzero(e[1]) == 1
+    np.testing.assert_array_equal(bag_of_bytes_embeddings(["hello world"])[0], e[0])
+
+
+def test_split_is_deterministic_and_partitions():
+    items = list(range(101))
+    train, held = split_pairs(items, 0.2, seed=7)
+    assert len(held) == 20 and sorted(train + held) == items
+    assert train == sorted(train) and held == sorted(held)  # input order kept
+    assert split_pairs(items, 0.2, seed=7) == (train, held)
+    assert split_pairs(items, 0.2, seed=8)[1] != held
+    assert split_pairs(items, 0.0, seed=7) == (items, [])
+    assert split_pairs(items, 1.0, seed=7) == ([], items)
+    with pytest.raises(ValueError, match="held_out_fraction"):
+        split_pairs(items, 1.5, seed=0)
+
+
+def test_bag_of_bytes_baseline_on_held_out_standard_library_pairs(standard_library_pairs):
+    pairs = standard_library_pairs
+    _, held = split_pairs(pairs, 500 / len(pairs), seed=0)
+    assert len(held) == 500
+    recall = recall_at_1(bag_of_bytes_embeddings([p.query for p in held]),
+                         bag_of_bytes_embeddings([p.document for p in held]))
+    print(f"\nbag-of-bytes recall@1 on {len(held)} held-out standard-library pairs: {recall:.3f}")
+    assert 0.0 < recall < 1.0

@@ -1,0 +1,229 @@
+"""uform.Trainer on the engine: the seed's example, whole-step gradients against the float64 torch
+reimplementation, learning, exact resume, and the refusal semantics."""
+
+import hashlib
+import itertools
+
+import numpy as np
+import pytest
+
+import uform
+from uform.training import check_step_inputs, pair_targets, torch_reference
+
+TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france",
+         "water boils at one hundred degrees", "steam rises from the kettle", "cats chase mice", "a mouse ran"]
+PAIRS = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
+
+
+def tiny(objective=uform.Objective.JOINT, contrastive=None, steps=100, seed=3, executor=None, **batch):
+    shape = dict(max_rows_per_device=3, max_segments_per_device=8, max_columns_per_row=48) | batch
+    return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=128, objective=objective,
+                                   batch=uform.BatchShape(**shape), contrastive=contrastive,
+                                   schedule=uform.Schedule(steps=steps, learning_rate=2e-3), seed=seed)
+
+
+def test_seed_example_runs_with_text_items(tmp_path):
+    executor = uform.Executor.for_ram()
+    trainer = uform.Trainer.init_vram(executor, depth=2, hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=16,
+                                                             max_columns_per_row=64, max_bags_per_device=8,
+                                                             image=uform.ImageShape(patch_side=16)),
+                                      schedule=uform.Schedule(steps=100_000), seed=42)
+    stats = uform.TrainerStepStats()
+    modalities = [uform.Modality.TEXT] * 4
+    contents = TEXTS[:4]
+    offsets, ids = np.array([0, 1, 2, 3, 4], np.uint64), np.array([1, 0, 3, 2], np.uint32)
+    trainer.step(modalities, contents, bags=[0, 0, 1, 1], relations=uform.Relations(attract=(offsets, ids)),
+                 stats=stats)
+    assert stats.step == 1 and stats.loss > 0 and stats.contrastive_loss > 0 and stats.masked_text_loss > 0
+    assert stats.learning_rate == pytest.approx(5e-4 / 400)
+    trainer.save(tmp_path / "checkpoint.safetensors")
+    assert (tmp_path / "checkpoint.safetensors").stat().st_size > 0
+
+
+def engine_and_reference(trainer, relations, groups=None, contents=TEXTS):
+    """The engine's loss and flat gradient of one step, and the torch float64 ones, on the same batch."""
+    torch = pytest.importorskip("torch")
+    run = trainer.run
+    inputs = check_step_inputs([uform.Modality.TEXT] * len(contents), contents, relations=relations,
+                               temperature_groups=groups, temperature_group_count=run.contrastive.temperature_groups)
+    batch, packed = trainer.step_batch(inputs, False, 1)
+    model = trainer.model
+    losses = model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True)
+    gradient = model.gradients.numpy()
+    items = packed.item_of_segment
+    sign, weight = pair_targets(inputs.relations, len(contents), run.contrastive.negatives,
+                                run.contrastive.ambient_repulsion_weight)
+    flat = torch.tensor(model.parameters.numpy().astype(np.float64), requires_grad=True)
+    as_tensor = lambda a: torch.tensor(np.asarray(a))  # noqa: E731
+    reference = torch_reference.step_loss(
+        torch, flat, model.registry, hidden=run.hidden, depth=run.depth, tokens=as_tensor(batch.tokens),
+        segments=as_tensor(batch.token_segments), positions=as_tensor(batch.positions),
+        targets=as_tensor(batch.targets).long(), groups=as_tensor(batch.groups).long(),
+        sign=as_tensor(sign[np.ix_(items, items)]).double(), weight=as_tensor(weight[np.ix_(items, items)]).double(),
+        widths=run.contrastive.matryoshka_dimensions, form=run.contrastive.pair_loss, objective=run.objective.name,
+        text_weight=run.masking.text_weight)
+    reference["loss"].backward()
+    return losses, gradient, reference, flat.grad.numpy()
+
+
+@pytest.mark.parametrize("form", [uform.PairLossForm.SIGMOID, uform.PairLossForm.BALANCED, uform.PairLossForm.RANKED])
+@pytest.mark.parametrize("objective", [uform.Objective.JOINT, uform.Objective.CONTRASTIVE, uform.Objective.MASKED])
+def test_whole_step_gradients_match_float64_reference(form, objective):
+    contrastive = uform.Contrastive(pair_loss=form, matryoshka_dimensions=(64, 128), temperature_groups=2)
+    trainer = tiny(objective, contrastive)
+    relations = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]),
+                                repel=([0, 1, 1, 1, 1, 1, 1, 1, 1], [2]), ignore=([0, 0, 0, 1, 1, 1, 1, 1, 1], [7]))
+    losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 4)
+    assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
+    assert losses.masked == pytest.approx(float(reference["masked"]), rel=2e-5, abs=1e-7)
+    assert losses.contrastive == pytest.approx(float(reference["contrastive"]), rel=2e-5, abs=1e-7)
+    floor = 1e-3 * np.abs(expected).max()  # a tensor whose gradient cancels (the bias under RANKED)
+    for entry in trainer.model.registry:
+        part = slice(entry["offset"], entry["offset"] + entry["size"])
+        scale = max(np.abs(expected[part]).max(), floor)
+        error = np.abs(gradient[part] - expected[part]).max() / scale
+        assert error < 2e-4, f"{entry['name']}: relative error {error:.2e}"
+
+
+def test_named_negatives_skip_unnamed_pairs():
+    contrastive = uform.Contrastive(negatives=uform.Negatives.NAMED)
+    trainer = tiny(uform.Objective.CONTRASTIVE, contrastive)
+    losses, gradient, reference, expected = engine_and_reference(trainer, PAIRS)
+    assert losses.contrastive == pytest.approx(float(reference["contrastive"]), rel=2e-5)
+    assert np.abs(gradient - expected).max() < 2e-4 * np.abs(expected).max()
+
+
+def checkpoint_tensors_sha(path) -> str:
+    from safetensors.numpy import load_file
+
+    tensors = load_file(path)
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(tensors[name].tobytes())
+    return digest.hexdigest()
+
+
+def train(trainer, steps, start=0):
+    stats = uform.TrainerStepStats()
+    for step in range(start, start + steps):
+        order = np.roll(np.arange(8), step)  # a different mix every step, so the corruption keys vary
+        contents = [TEXTS[i] for i in order]
+        position = np.argsort(order)
+        partners = [int(position[i ^ 1]) for i in order]
+        trainer.step([uform.Modality.TEXT] * 8, contents, stats=stats,
+                     relations=uform.Relations(attract=(np.arange(9), partners)))
+    return stats
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = tiny(steps=20)
+    train(straight, 20)
+    straight.save(tmp_path / "straight.safetensors")
+    first = tiny(steps=20)
+    train(first, 10)
+    first.save(tmp_path / "half.safetensors")
+    resumed = uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "half.safetensors", depth=1,
+                                      hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=3, max_segments_per_device=8,
+                                                             max_columns_per_row=48),
+                                      schedule=uform.Schedule(steps=20, learning_rate=2e-3), seed=3)
+    assert resumed.completed_steps == 10
+    stats = train(resumed, 10, start=10)
+    assert stats.step == 20
+    resumed.save(tmp_path / "resumed.safetensors")
+    assert checkpoint_tensors_sha(tmp_path / "resumed.safetensors") == \
+        checkpoint_tensors_sha(tmp_path / "straight.safetensors")
+
+
+def test_resume_of_another_geometry_is_a_config_mismatch(tmp_path):
+    trainer = tiny()
+    trainer.save(tmp_path / "c.safetensors")
+    with pytest.raises(uform.UFormError, match="geometry") as error:
+        uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "c.safetensors", depth=2, hidden=128,
+                                objective=uform.Objective.JOINT,
+                                batch=uform.BatchShape(max_rows_per_device=3, max_segments_per_device=8,
+                                                       max_columns_per_row=48),
+                                schedule=uform.Schedule(steps=100), seed=3)
+    assert error.value.code == uform.ErrorCode.CONFIG_MISMATCH
+
+
+def test_refused_steps_change_nothing():
+    trainer = tiny()
+    before = trainer.model.parameters.numpy()
+    with pytest.raises(uform.UFormError) as error:
+        trainer.step([uform.Modality.TEXT, uform.Modality.IMAGE], ["text", b"\x89PNG"])
+    assert error.value.code == uform.ErrorCode.UNSUPPORTED and "item 1" in str(error.value)
+    with pytest.raises(uform.UFormError) as error:
+        trainer.step([uform.Modality.TEXT] * 2, ["a", "b"], relations=uform.Relations(attract=([0, 1, 1], [5])))
+    assert "attract" in str(error.value)
+    with pytest.raises(uform.UFormError) as error:
+        trainer.step([uform.Modality.TEXT] * 3, ["a", "b"])
+    assert error.value.code == uform.ErrorCode.SHAPE_MISMATCH
+    assert trainer.completed_steps == 0
+    assert np.array_equal(trainer.model.parameters.numpy(), before)
+
+
+def test_unsupported_run_options_are_named():
+    executor = uform.Executor.for_ram()
+    with pytest.raises(uform.UFormError, match="mesh") as error:
+        uform.Trainer.init_vram(executor, mesh=object(), depth=1, hidden=128, schedule=uform.Schedule(steps=1),
+                                batch=uform.BatchShape(max_rows_per_device=1, max_segments_per_device=1,
+                                                       max_columns_per_row=8))
+    assert error.value.code == uform.ErrorCode.UNSUPPORTED
+    with pytest.raises(uform.UFormError, match="hidden"):
+        uform.Trainer.init_vram(executor, depth=1, hidden=100, schedule=uform.Schedule(steps=1))
+
+
+def test_receivers_arena_and_progress(tmp_path):
+    executor = uform.Executor.for_ram()
+    trainer = tiny(executor=executor, max_rows_per_device=8)
+    arena = uform.Arena()
+    rows = trainer.on(executor).step([uform.Modality.TEXT] * 8, TEXTS, relations=PAIRS, arena=arena,
+                                     outputs_scalar=uform.Scalar.F16)
+    assert rows.dtype == np.float16 and rows.shape == (8, 128)
+    assert np.allclose(np.linalg.norm(rows.astype(np.float32), axis=1), 1, atol=2e-3)
+    deferred = trainer.deferred(executor).step([uform.Modality.TEXT] * 8, TEXTS, relations=PAIRS)
+    assert deferred.wait(60) and deferred.done() and deferred.exception() is None and deferred.result() is None
+    assert trainer.completed_steps == 2
+    failing = trainer.deferred(executor).step([uform.Modality.TEXT], ["a", "b"])
+    assert isinstance(failing.exception(60), uform.UFormError)
+    reports = []
+    stop = lambda done, total: reports.append((done, total)) or len(reports) < 2  # noqa: E731
+    trainer.save(tmp_path / "stopped.safetensors", progress=stop, progress_steps=4)
+    assert not (tmp_path / "stopped.safetensors").exists() and len(reports) == 2
+    reports.clear()
+    trainer.save(tmp_path / "whole.safetensors", progress=lambda d, t: reports.append((d, t)), progress_steps=4)
+    assert len(reports) <= 4 and reports[-1][0] == reports[-1][1]
+    with pytest.raises(uform.UFormError, match="executor"):
+        trainer.on(uform.Executor.for_ram())
+
+
+def test_joint_training_learns_pairs_and_bytes():
+    """Learning on the CPU: recall@1 between the trained pairs, and masked bytes well above the unigram guess."""
+    from uform.pairs import recall_at_1
+
+    combos = list(itertools.product(["red", "green", "blue", "yellow"], ["panda", "tiger", "rabbit"],
+                                    ["bamboo", "carrots"]))
+    queries = [f"the {color} {animal} eats {food}" for color, animal, food in combos]
+    documents = [f"a {animal} that is {color} likes {food}" for color, animal, food in combos]
+    contents = queries + documents
+    n = len(queries)
+    relations = uform.Relations(attract=(np.arange(2 * n + 1), list(range(n, 2 * n)) + list(range(n))))
+    trainer = uform.Trainer.init_vram(uform.Executor.for_ram(), depth=1, hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=2 * n, max_segments_per_device=2 * n,
+                                                             max_columns_per_row=32),
+                                      masking=uform.Masking(token_mean_span=2),
+                                      schedule=uform.Schedule(steps=200, learning_rate=5e-3), seed=0)
+    modalities = [uform.Modality.TEXT] * (2 * n)
+    for _ in range(200):
+        trainer.step(modalities, contents, relations=relations)
+    result = trainer.evaluate(modalities, contents, relations=relations)
+    embeddings = result["embeddings"]
+    assert recall_at_1(embeddings[:n], embeddings[n:]) >= 0.9
+    accuracy = np.mean([trainer.evaluate(modalities, contents, corrupt_as_step=10**6 + k)["masked_accuracy"]
+                        for k in range(4)])  # four fresh corruptions of the trained texts
+    text = np.frombuffer("".join(contents).encode(), np.uint8)
+    unigram = np.bincount(text).max() / text.size
+    assert accuracy > 2 * unigram
