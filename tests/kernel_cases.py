@@ -16,7 +16,7 @@ from uform import kernels as K
 GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96)]
 ROW_SHAPES = [(1, 1), (3, 7), (17, 33), (64, 768), (5, 1000)]
 ATTENTION_SHAPES = [  # batch, seq_len, heads, kv_heads, head_dim
-    (1, 1, 1, 1, 8), (2, 7, 4, 2, 8), (1, 19, 6, 3, 16), (2, 33, 2, 1, 64),
+    (1, 1, 1, 1, 8), (2, 7, 4, 2, 8), (1, 19, 6, 3, 16), (2, 33, 2, 1, 64), (1, 70, 2, 2, 32), (2, 45, 1, 1, 128),
 ]
 
 
@@ -166,8 +166,8 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
         segments = np.cumsum(rng.random(tokens) < 0.2).astype(np.int32)
         segments[seq_len - 1::seq_len] = -1
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
-    sb = None if segments is None else device.put(segments)
-    geometry = dict(seq_len=seq_len, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, segments=sb)
+    spans = device.put(K.attention_spans(tokens, seq_len, segments))
+    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, spans=spans)
     o, lse = device.empty(q.shape), device.empty((tokens, heads))
     K.attention_forward(o, lse, qb, kb, vb, **geometry)
     dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)

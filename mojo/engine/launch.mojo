@@ -132,6 +132,56 @@ def launch[body: def(Int, Args) thin -> None](device: PythonObject, n: Int, args
     cpu_parallel_for(chunk, n)
 
 
+comptime WARP = 32
+
+
+def warp_kernel[body: def(Int, Int, Args) thin -> None](
+    n: Int64,
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64, a6: Int64, a7: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32,
+):
+    """The GPU launcher of warp kernels: the 32 lanes of warp i run body(i, lane, args) together."""
+    var thread = Int(global_idx.x)
+    var task = thread // WARP
+    if task < Int(n):
+        body(
+            task,
+            thread % WARP,
+            Args(Int(a0), Int(a1), Int(a2), Int(a3), Int(a4), Int(a5), Int(a6), Int(a7),
+                 Int(n0), Int(n1), Int(n2), Int(n3), x0, x1, x2, x3),
+        )
+
+
+def launch_warps[gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """A kernel whose task is shared by the 32 lanes of a GPU warp (gpu_body, with shuffles) and run by
+    one CPU task that plays the 32 lanes itself (cpu_body); both keep the same lane order."""
+    var dev = device_of(device)
+    var tasks = Int(py=n)
+    var args = args_from_python(addresses, sizes, scalars)
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            dev[].ctx().enqueue_function[warp_kernel[gpu_body]](
+                Int64(tasks),
+                Int64(args.a0), Int64(args.a1), Int64(args.a2), Int64(args.a3),
+                Int64(args.a4), Int64(args.a5), Int64(args.a6), Int64(args.a7),
+                Int64(args.n0), Int64(args.n1), Int64(args.n2), Int64(args.n3),
+                args.x0, args.x1, args.x2, args.x3,
+                grid_dim=gpu_blocks(tasks * WARP),
+                block_dim=GPU_BLOCK,
+            )
+        return PythonObject(None)
+
+    def chunk(begin: Int, end: Int) {imm args}:
+        for i in range(begin, end):
+            cpu_body(i, args)
+
+    cpu_parallel_for(chunk, tasks)
+    return PythonObject(None)
+
+
 def launch_from_python[body: def(Int, Args) thin -> None](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:

@@ -22,7 +22,6 @@ UNARY_OPS = {
 }
 
 COLUMN_CHUNK = 256  # rows per partial sum of `column_sum` (mojo/kernels/norms.mojo)
-MAX_HEAD_DIM = 128
 
 
 def _device(*buffers: Buffer):
@@ -169,50 +168,70 @@ def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: b
     _launch("column_sums_finish", columns, [out, partial], [chunks, columns, int(accumulate)])
 
 
-# ---- attention -------------------------------------------------------------------------------
+# ---- attention -------------------------------------------------------------------------------------
 
-def _attention_sizes(q: Buffer, k: Buffer, seq_len: int, heads: int, kv_heads: int, head_dim: int) -> int:
-    if head_dim > MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {head_dim} exceeds the kernel's limit of {MAX_HEAD_DIM}")
+ATTENTION_HEAD_DIMS = (8, 16, 32, 64, 128)
+
+
+def attention_spans(tokens: int, seq_len: int, segments: np.ndarray | None = None) -> np.ndarray:
+    """Each token's attention block [begin, end) as int32 (tokens, 2): its whole sequence of seq_len
+    tokens, or with `segments` (one id per token, −1 for padding) the run of equal ids around it inside
+    its sequence; a padding token's block is empty. A segment must be one contiguous run."""
+    index = np.arange(tokens)
+    if segments is None:
+        begin = index // seq_len * seq_len
+        return np.stack([begin, begin + seq_len], 1).astype(np.int32)
+    segments = np.asarray(segments).reshape(-1)
+    if segments.size != tokens:
+        raise ValueError(f"segments must hold {tokens} ids, holds {segments.size}")
+    starts = (index % seq_len == 0) | np.r_[True, segments[1:] != segments[:-1]]
+    run_begin = np.maximum.accumulate(np.where(starts, index, 0))
+    ends = np.r_[starts[1:], True]
+    run_end = np.minimum.accumulate(np.where(ends, index + 1, tokens)[::-1])[::-1]
+    padding = segments < 0
+    return np.stack([np.where(padding, index, run_begin), np.where(padding, index, run_end)], 1).astype(np.int32)
+
+
+def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: int, head_dim: int) -> int:
+    if head_dim not in ATTENTION_HEAD_DIMS:
+        raise ValueError(f"head_dim {head_dim} is not compiled; use one of {ATTENTION_HEAD_DIMS}")
     if heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     tokens = q.size // (heads * head_dim)
-    if tokens % seq_len:
-        raise ValueError(f"{tokens} tokens do not split into sequences of {seq_len}")
     _expect(q, "q", tokens * heads * head_dim)
     _expect(k, "k", tokens * kv_heads * head_dim)
+    _expect(spans, "spans", tokens * 2, np.int32)
     return tokens
 
 
-def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, seq_len: int, heads: int,
-                      kv_heads: int, head_dim: int, causal: bool, segments: Buffer | None = None) -> None:
-    """o = softmax(q·kᵀ/√D + mask)·v per head; lse keeps each query's log-sum-exp for the backward."""
-    tokens = _attention_sizes(q, k, seq_len, heads, kv_heads, head_dim)
+def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
+                      kv_heads: int, head_dim: int, causal: bool) -> None:
+    """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
+    query's log-sum-exp for the backward."""
+    tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     _expect(v, "v", k.size)
     _expect(o, "o", q.size)
     _expect(lse, "lse", tokens * heads)
-    if segments is not None:
-        _expect(segments, "segments", tokens, np.int32)
-    _launch("attention_forward", tokens * heads, [o, lse, q, k, v, segments],
-            [seq_len, heads, kv_heads, head_dim], [head_dim ** -0.5, float(causal)])
+    _launch("attention_forward", tokens * heads, [o, lse, q, k, v, spans],
+            [0, heads, kv_heads, head_dim], [head_dim ** -0.5, float(causal)])
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
-                       k: Buffer, v: Buffer, *, seq_len: int, heads: int, kv_heads: int, head_dim: int,
-                       causal: bool, segments: Buffer | None = None, delta: Buffer | None = None) -> None:
+                       k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
+                       causal: bool, delta: Buffer | None = None) -> None:
     """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace)."""
-    tokens = _attention_sizes(q, k, seq_len, heads, kv_heads, head_dim)
+    tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
-    sizes = [seq_len, heads, kv_heads, head_dim]
+    sizes = [0, heads, kv_heads, head_dim]
     scalars = [head_dim ** -0.5, float(causal)]
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
     _launch("attention_backward_delta", tokens * heads, [delta, d_out, o], sizes, scalars)
-    _launch("attention_backward_dq", tokens * heads, [dq, d_out, q, k, v, segments, lse, delta], sizes, scalars)
-    _launch("attention_backward_dv", tokens * kv_heads, [dv, d_out, q, k, lse, segments], sizes, scalars)
-    _launch("attention_backward_dk", tokens * kv_heads, [dk, d_out, q, k, v, lse, delta, segments], sizes, scalars)
+    _launch("attention_backward_dq", tokens * heads, [dq, d_out, q, k, v, spans, lse, delta], sizes, scalars)
+    _launch("attention_backward_dv", tokens * kv_heads, [dv, d_out, q, k, lse, spans], sizes, scalars)
+    _launch("attention_backward_dk", tokens * kv_heads, [dk, d_out, q, k, v, lse, delta, spans], sizes, scalars)
 
 
 # ---- rotary positions ------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class DeviceModel:
             c, d, n = self.shape, self.device, batch * length
             self._io[key] = dict(ids=d.empty(n, np.int32), targets=d.empty(n, np.int32),
                                  positions=d.put(np.tile(np.arange(length, dtype=np.int32), batch)),
+                                 spans=d.put(K.attention_spans(n, length)),
                                  logits=d.empty((n, c.vocab_size)), losses=d.empty(n),
                                  dlogits=d.empty((n, c.vocab_size)), order=d.empty(n, np.int32),
                                  offsets=d.empty(c.vocab_size + 1, np.int32))
@@ -60,7 +61,7 @@ class DeviceModel:
         io = self.io(batch, length)
         io["ids"].write(inputs.reshape(-1))
         K.embedding_forward(self.stack.input_buffer(n), self.p["embedding"], io["ids"], c.width)
-        hidden = self.stack.forward(layer_views(self.p, c.layers), n, length, io["positions"])
+        hidden = self.stack.forward(layer_views(self.p, c.layers), n, io["positions"], io["spans"])
         K.gemm(io["logits"], hidden, self.p["head"], n, c.vocab_size, c.width)
         return io
 
@@ -79,8 +80,8 @@ class DeviceModel:
         _, work = self.stack.buffers(n)
         K.gemm(self.g["head"], work["h_out"], io["dlogits"], c.width, c.vocab_size, n, transpose_a=True)
         K.gemm(work["dh"], io["dlogits"], self.p["head"], n, c.width, c.vocab_size, transpose_b=True)
-        dh = self.stack.backward(layer_views(self.p, c.layers), layer_views(self.g, c.layers), n, length,
-                                 io["positions"])
+        dh = self.stack.backward(layer_views(self.p, c.layers), layer_views(self.g, c.layers), n,
+                                 io["positions"], io["spans"])
         embedding_backward(self.g["embedding"], dh, inputs, io["order"], io["offsets"], c.width)
 
     def adamw(self, *, step: int, lr: float, betas, eps: float, weight_decay: float) -> None:

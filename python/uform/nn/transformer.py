@@ -87,17 +87,16 @@ class TransformerStack:
         layers, work = self.buffers(n)
         return layers[0]["h_in"] if layers else work["h_out"]
 
-    def _attention(self, seq_len: int, segments: Buffer | None, work: dict | None = None) -> dict:
+    def _attention(self, spans: Buffer, work: dict | None = None) -> dict:
         g = self.geometry
-        geometry = dict(seq_len=seq_len, heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim,
-                        causal=g.causal, segments=segments)
+        geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans)
         if work is not None:
             geometry["delta"] = work["delta"]
         return geometry
 
-    def forward(self, weights: list[dict[str, Buffer]], n: int, seq_len: int, positions: Buffer,
-                segments: Buffer | None = None) -> Buffer:
-        """Run every block over the input buffer; answers the output of the last block."""
+    def forward(self, weights: list[dict[str, Buffer]], n: int, positions: Buffer, spans: Buffer) -> Buffer:
+        """Run every block over the input buffer, each token attending within its span
+        (kernels.attention_spans); answers the output of the last block."""
         g = self.geometry
         layers, work = self.buffers(n)
         scratch = work["scratch"]
@@ -108,7 +107,7 @@ class TransformerStack:
             K.gemm(b["v"], b["a"], w["wv"], n, g.kv_width, g.width)
             K.rotary(b["q"], positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim)
             K.rotary(b["k"], positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim)
-            K.attention_forward(b["o"], b["lse"], b["q"], b["k"], b["v"], **self._attention(seq_len, segments))
+            K.attention_forward(b["o"], b["lse"], b["q"], b["k"], b["v"], **self._attention(spans))
             K.gemm(scratch, b["o"], w["wo"], n, g.width, g.q_width)
             K.add(b["h_mid"], b["h_in"], scratch)
             K.rmsnorm_forward(b["m"], b["rstd2"], b["h_mid"], w["mlp_norm"], g.norm_eps)
@@ -119,15 +118,15 @@ class TransformerStack:
             K.add(h_out, b["h_mid"], scratch)
         return work["h_out"]
 
-    def backward(self, weights: list[dict[str, Buffer]], grads: list[dict[str, Buffer]], n: int, seq_len: int,
-                 positions: Buffer, segments: Buffer | None = None) -> Buffer:
+    def backward(self, weights: list[dict[str, Buffer]], grads: list[dict[str, Buffer]], n: int,
+                 positions: Buffer, spans: Buffer) -> Buffer:
         """From work["dh"] (the gradient at the stack's output) to the gradient at its input, also in
         work["dh"]; every weight's gradient is overwritten in `grads`."""
         g = self.geometry
         layers, work = self.buffers(n)
         dh, dx, dgain_rows, partial = work["dh"], work["dx"], work["dgain_rows"], work["partial"]
         dq, dk, dv, do, du, ds = (work[name] for name in ("dq", "dk", "dv", "do", "du", "ds"))
-        attention = self._attention(seq_len, segments, work)
+        attention = self._attention(spans, work)
         for i in reversed(range(g.layers)):
             w, gw, b = weights[i], grads[i], layers[i]
             # h_out = h_mid + silu(m·w_up)·w_down

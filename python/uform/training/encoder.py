@@ -159,7 +159,7 @@ class EncoderModel:
         if key not in self._io:
             d, H, S = self.device, self.geometry.hidden, segments
             io = dict(ids=d.empty(n, np.int32), targets=d.empty(n, np.int32), positions=d.empty(n, np.int32),
-                      token_segments=d.empty(n, np.int32), y=d.empty((n, H)), rstd=d.empty(n), dy=d.empty((n, H)),
+                      token_segments=d.empty(n, np.int32), spans=d.empty((n, 2), np.int32), y=d.empty((n, H)), rstd=d.empty(n), dy=d.empty((n, H)),
                       order=d.empty(n, np.int32), offsets=d.empty(VOCABULARY_SIZE + 1, np.int32))
             if self.geometry.masked:
                 io.update(logits=d.empty((n, VOCABULARY_SIZE)), dlogits=d.empty((n, VOCABULARY_SIZE)),
@@ -188,9 +188,10 @@ class EncoderModel:
         io["ids"].write(batch.tokens.reshape(-1))
         io["positions"].write(batch.positions.reshape(-1))
         io["token_segments"].write(batch.token_segments.reshape(-1))
+        io["spans"].write(K.attention_spans(n, columns, batch.token_segments))
         K.embedding_forward(self.stack.input_buffer(n), self.p["embedding"], io["ids"], H)
         layers_p = layer_views(self.p, g.depth)
-        h = self.stack.forward(layers_p, n, columns, io["positions"], io["token_segments"])
+        h = self.stack.forward(layers_p, n, io["positions"], io["spans"])
         K.rmsnorm_forward(io["y"], io["rstd"], h, self.p["final_norm"], NORM_EPS)
 
         masked = contrastive = 0.0
@@ -211,8 +212,7 @@ class EncoderModel:
         _, work = self.stack.buffers(n)
         K.rmsnorm_backward(work["dh"], work["dgain_rows"], io["dy"], h, self.p["final_norm"], io["rstd"])
         K.column_sum(self.g["final_norm"], work["dgain_rows"], n, H, partial=work["partial"])
-        dh = self.stack.backward(layers_p, layer_views(self.g, g.depth), n, columns, io["positions"],
-                                 io["token_segments"])
+        dh = self.stack.backward(layers_p, layer_views(self.g, g.depth), n, io["positions"], io["spans"])
         embedding_backward(self.g["embedding"], dh, batch.tokens, io["order"], io["offsets"], H)
         return losses
 
