@@ -52,12 +52,16 @@ def main():
         start = time.perf_counter()
         ours()
         times.append(time.perf_counter() - start)
+    with uform.kernels.profile() as kernels:
+        ours()
+    breakdown = sorted(((name, calls, seconds) for name, (calls, seconds) in kernels.items()), key=lambda r: -r[2])
     positions = g["rows"] * g["columns"]
     row = {"geometry": g, "packed_tokens": int(np.count_nonzero(trainer.step_batch(
         check_step_inputs(modalities, items, relations=relations), False, 1)[1].segment_ids >= 0)),
         "uform_seconds_per_step": round(float(np.median(times)), 3),
         "uform_positions_per_s": round(positions / float(np.median(times)), 1),
-        "uform_peak_bytes": device.peak_bytes}
+        "uform_peak_bytes": device.peak_bytes,
+        "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown[:12]}}
     if uform.gpu_count():
         row.update(torch_peer(trainer, items, relations, g, positions))
     write_results(args.out, "encoder", [row])

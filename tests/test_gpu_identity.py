@@ -45,9 +45,10 @@ def test_portable_math_bits_match_cpu(op):
     assert differing == 0, f"{op}: {differing} of {x.size} results differ between CPU and GPU"
 
 
-def test_large_gemm_bits_match_cpu():
+@pytest.mark.parametrize("m,n,k", [(1000, 1100, 1200), (1600, 1700, 300)], ids=["small-tiles", "large-tiles"])
+def test_large_gemm_bits_match_cpu(m, n, k):
+    """Both GPU tilings (64×64 for outputs of fewer than 132 large tiles, 128×128 above) against the CPU."""
     rng = np.random.default_rng(3)
-    m, n, k = 1000, 1100, 1200
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     results = []

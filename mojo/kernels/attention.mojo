@@ -44,6 +44,17 @@ def dot(a: F32Ptr, b: F32Ptr, D: Int) -> Float32:
 
 
 @always_inline
+def dot_with_row[D: Int](a: SIMD[DType.float32, D], b: F32Ptr) -> Float32:
+    """a·b as one fma chain over d, with `a` in registers and b read 16 bytes at a time."""
+    var acc = Float32(0)
+    comptime for c in range(D // 4):
+        var chunk = b.unsafe_load[width=4, alignment=16](4 * c)
+        comptime for i in range(4):
+            acc = fma(a[4 * c + i], chunk[i], acc)
+    return acc
+
+
+@always_inline
 def dot_of_rows[D: Int](a: SIMD[DType.int64, CPU_KEYS], b: F32Ptr, count: Int) -> SIMD[DType.float32, CPU_KEYS]:
     """`count` (≤ 8) dot products of the rows at addresses a[i] with b, each an fma chain over d, in SIMD."""
     var acc = SIMD[DType.float32, CPU_KEYS](0)
@@ -107,14 +118,14 @@ def forward_gpu[D: Int](task: Int, lane: Int, args: Args):
     var Hkv = args.n2
     var token = task // Hq
     var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4)
+    var q = f32_at(args.a2 + task * D * 4).unsafe_load[width=D, alignment=16](0)
     var keys = query_keys(args.a5, token, args.x1 != 0)
     var m = -numerics.INF
     var l = Float32(0)
     var acc = SIMD[DType.float32, D](0)
     var j = keys[0] + lane
     while j < keys[1]:
-        var cp = online_step(m, l, dot(q, f32_at(args.a3 + (j * Hkv + kv) * D * 4), D) * args.x0)
+        var cp = online_step(m, l, dot_with_row[D](q, f32_at(args.a3 + (j * Hkv + kv) * D * 4)) * args.x0)
         acc = SIMD[DType.float32, D](cp[1]).fma(f32_at(args.a4 + (j * Hkv + kv) * D * 4).unsafe_load[width=D](0),
                                                 acc * cp[0])
         j += WARP
@@ -216,14 +227,14 @@ def dq_gpu[D: Int](task: Int, lane: Int, args: Args):
     var Hq = args.n1
     var Hkv = args.n2
     var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4)
-    var d_out = f32_at(args.a1 + task * D * 4)
+    var q = f32_at(args.a2 + task * D * 4).unsafe_load[width=D, alignment=16](0)
+    var d_out = f32_at(args.a1 + task * D * 4).unsafe_load[width=D, alignment=16](0)
     var keys = query_keys(args.a5, task // Hq, args.x1 != 0)
     var acc = SIMD[DType.float32, D](0)
     var j = keys[0] + lane
     while j < keys[1]:
         var k = f32_at(args.a3 + (j * Hkv + kv) * D * 4)
-        var ds = dq_term(args, task, dot(q, k, D), dot(d_out, f32_at(args.a4 + (j * Hkv + kv) * D * 4), D))
+        var ds = dq_term(args, task, dot_with_row[D](q, k), dot_with_row[D](d_out, f32_at(args.a4 + (j * Hkv + kv) * D * 4)))
         acc = SIMD[DType.float32, D](ds).fma(k.unsafe_load[width=D](0), acc)
         j += WARP
     acc = fold_sums_gpu[D](acc)
@@ -284,13 +295,13 @@ def dk_term(args: Args, row: Int, score: Float32, dp: Float32) -> Float32:
 
 
 def dv_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4)
+    var k = f32_at(args.a3 + task * D * 4).unsafe_load[width=D, alignment=16](0)
     var pairs = kv_pairs(args, task, args.a5)
     var acc = SIMD[DType.float32, D](0)
     var e = lane
     while e < pairs[2]:
         var row = pair_row(args, task, e, pairs[0], pairs[1])
-        var p = numerics.exp(dot(f32_at(args.a2 + row * D * 4), k, D) * args.x0 - f32_at(args.a4).unsafe_load(row))
+        var p = numerics.exp(dot_with_row[D](k, f32_at(args.a2 + row * D * 4)) * args.x0 - f32_at(args.a4).unsafe_load(row))
         acc = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D](0), acc)
         e += WARP
     acc = fold_sums_gpu[D](acc)
@@ -319,15 +330,15 @@ def dv_cpu[D: Int](task: Int, args: Args):
 
 
 def dk_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4)
-    var v = f32_at(args.a4 + task * D * 4)
+    var k = f32_at(args.a3 + task * D * 4).unsafe_load[width=D, alignment=16](0)
+    var v = f32_at(args.a4 + task * D * 4).unsafe_load[width=D, alignment=16](0)
     var pairs = kv_pairs(args, task, args.a7)
     var acc = SIMD[DType.float32, D](0)
     var e = lane
     while e < pairs[2]:
         var row = pair_row(args, task, e, pairs[0], pairs[1])
         var q = f32_at(args.a2 + row * D * 4)
-        var ds = dk_term(args, row, dot(q, k, D), dot(f32_at(args.a1 + row * D * 4), v, D))
+        var ds = dk_term(args, row, dot_with_row[D](k, q), dot_with_row[D](v, f32_at(args.a1 + row * D * 4)))
         acc = SIMD[DType.float32, D](ds).fma(q.unsafe_load[width=D](0), acc)
         e += WARP
     acc = fold_sums_gpu[D](acc)

@@ -39,21 +39,22 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
         return k * N + n
 
 
-# ---- GPU: 128×128 output tile per block of 256 threads, 8×8 outputs per thread ----------
+# ---- GPU: a BM×BN output tile per block of 256 threads, TM×TN outputs per thread ----------
+# Large outputs take 128×128 tiles of 8×8 per thread. Small outputs with a long k (the weight
+# gradients: hidden × hidden, summed over every token) would leave most multiprocessors idle, so
+# they take 64×64 tiles of 4×4 per thread: four times the threads. Each output keeps its own chain.
 
-comptime BM = 128
-comptime BN = 128
 comptime BK = 8
-comptime TM = 8
-comptime TN = 8
-comptime THREADS = (BM // TM) * (BN // TN)
-comptime A_LOADS = BM * BK // THREADS
-comptime B_LOADS = BK * BN // THREADS
+comptime THREADS = 256
+comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than an H200 has multiprocessors
 
 
-def gemm_gpu[transpose_a: Bool, transpose_b: Bool](
+def gemm_gpu[transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, TN: Int](
     c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64
 ):
+    comptime assert (BM // TM) * (BN // TN) == THREADS, "one thread per TM×TN outputs"
+    comptime A_LOADS = BM * BK // THREADS
+    comptime B_LOADS = BK * BN // THREADS
     var M = Int(M64)
     var N = Int(N64)
     var K = Int(K64)
@@ -202,11 +203,17 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     var dev = device_of(device)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
-            dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b]](
-                c, a, b, Int64(M), Int64(N), Int64(K), Int64(1 if accumulate else 0),
-                grid_dim=((N + BN - 1) // BN, (M + BM - 1) // BM),
-                block_dim=THREADS,
-            )
+            var flag = Int64(1 if accumulate else 0)
+            if ((N + 127) // 128) * ((M + 127) // 128) < SMALL_OUTPUT_BLOCKS:
+                dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, 64, 64, 4, 4]](
+                    c, a, b, Int64(M), Int64(N), Int64(K), flag,
+                    grid_dim=((N + 63) // 64, (M + 63) // 64), block_dim=THREADS,
+                )
+            else:
+                dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, 128, 128, 8, 8]](
+                    c, a, b, Int64(M), Int64(N), Int64(K), flag,
+                    grid_dim=((N + 127) // 128, (M + 127) // 128), block_dim=THREADS,
+                )
         return
     gemm_cpu[transpose_a, transpose_b](c, a, b, M, N, K, accumulate)
 

@@ -9,11 +9,42 @@ The math of each kernel is written beside its body in ``mojo/kernels/``.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import time
+from collections import defaultdict
 
 import numpy as np
 
 from .engine import Buffer, _engine
+
+_profile: dict[str, list[float]] | None = None
+
+
+@contextlib.contextmanager
+def profile():
+    """Time every kernel launched inside the block (each launch then waits for its device):
+    yields {kernel name: [calls, seconds]}. For finding where a step's time goes, not for speed."""
+    global _profile
+    _profile = defaultdict(lambda: [0, 0.0])
+    try:
+        yield _profile
+    finally:
+        _profile = None
+
+
+def _call(kernel: str, device, *args, label: str | None = None) -> None:
+    """Run engine function `kernel` on `device`; inside profile(), timed under `label` (default: kernel)."""
+    if _profile is None:
+        getattr(_engine, kernel)(device._handle, *args)
+        return
+    device.synchronize()
+    start = time.perf_counter()
+    getattr(_engine, kernel)(device._handle, *args)
+    device.synchronize()
+    entry = _profile[label or kernel]
+    entry[0] += 1
+    entry[1] += time.perf_counter() - start
 
 # Operation codes of the portable math (mojo/kernels/pointwise.mojo).
 UNARY_OPS = {
@@ -43,7 +74,7 @@ def _launch(kernel: str, n: int, buffers, sizes=(), scalars=()) -> None:
     """Run an index kernel over [0, n): addresses of `buffers` (None → 0), sizes, float scalars."""
     device = _device(*[b for b in buffers if b is not None])
     addresses = [0 if b is None else b.address for b in buffers]
-    getattr(_engine, kernel)(device._handle, int(n), addresses, [int(s) for s in sizes], [float(x) for x in scalars])
+    _call(kernel, device, int(n), addresses, [int(s) for s in sizes], [float(x) for x in scalars])
 
 
 def _f32_bits(value: float) -> int:
@@ -101,8 +132,9 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
-    _engine.gemm(device._handle, c.address, a.address, b.address, m, n, k,
-                 bool(transpose_a), bool(transpose_b), bool(accumulate))
+    label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_long_k" if k > 4 * max(m, n) else "")
+    _call("gemm", device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
+          bool(accumulate), label=label)
 
 
 # ---- rows ------------------------------------------------------------------------------------
@@ -278,7 +310,7 @@ def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Bu
     _expect(dtable, "dtable", vocab * width)
     _expect(order, "order", order.size, np.int32)
     _expect(d_out, "d_out", order.size * width)
-    _launch("embedding_backward", vocab, [dtable, d_out, order, offsets], [width, int(accumulate)])
+    _launch("embedding_backward", vocab * width, [dtable, d_out, order, offsets], [width, int(accumulate)])
 
 
 # ---- AdamW ----------------------------------------------------------------------------------------
