@@ -87,7 +87,7 @@ struct Device(Movable, Writable, Defaultable):
                 self.gpu_buffers[address] = buffer^
                 return address
             raise Error("unreachable: GPU device without accelerator code")
-        var p = alloc[UInt8](n)
+        var p = alloc[UInt8](n, alignment=64)  # whole cache lines: kernels read rows 16 bytes at a time
         var address = Int(p)
         self.host_buffers[address] = n
         return address

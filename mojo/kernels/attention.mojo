@@ -126,7 +126,7 @@ def forward_gpu[D: Int](task: Int, lane: Int, args: Args):
     var j = keys[0] + lane
     while j < keys[1]:
         var cp = online_step(m, l, dot_with_row[D](q, f32_at(args.a3 + (j * Hkv + kv) * D * 4)) * args.x0)
-        acc = SIMD[DType.float32, D](cp[1]).fma(f32_at(args.a4 + (j * Hkv + kv) * D * 4).unsafe_load[width=D](0),
+        acc = SIMD[DType.float32, D](cp[1]).fma(f32_at(args.a4 + (j * Hkv + kv) * D * 4).unsafe_load[width=D, alignment=16](0),
                                                 acc * cp[0])
         j += WARP
     comptime for step in range(5):
@@ -141,9 +141,9 @@ def forward_gpu[D: Int](task: Int, lane: Int, args: Args):
     if lane == 0:
         var o = f32_at(args.a0 + task * D * 4)
         if l > 0:
-            o.unsafe_store[width=D](0, acc / l)
+            o.unsafe_store[width=D, alignment=16](0, acc / l)
         else:
-            o.unsafe_store[width=D](0, SIMD[DType.float32, D](0))
+            o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
         f32_at(args.a1).unsafe_store(task, m + numerics.log(l) if l > 0 else Float32(0))
 
 
@@ -172,7 +172,7 @@ def forward_cpu[D: Int](task: Int, args: Args):
             m[lane] = ml
             l[lane] = ll
             acc[lane] = SIMD[DType.float32, D](cp[1]).fma(
-                f32_at(args.a4 + ((base + i) * Hkv + kv) * D * 4).unsafe_load[width=D](0), acc[lane] * cp[0])
+                f32_at(args.a4 + ((base + i) * Hkv + kv) * D * 4).unsafe_load[width=D, alignment=16](0), acc[lane] * cp[0])
         base += CPU_KEYS
     comptime for step in range(5):
         comptime offset = 16 >> step
@@ -183,9 +183,9 @@ def forward_cpu[D: Int](task: Int, args: Args):
             m[lane] = scales[0]
     var o = f32_at(args.a0 + task * D * 4)
     if l[0] > 0:
-        o.unsafe_store[width=D](0, acc[0] / l[0])
+        o.unsafe_store[width=D, alignment=16](0, acc[0] / l[0])
     else:
-        o.unsafe_store[width=D](0, SIMD[DType.float32, D](0))
+        o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
     f32_at(args.a1).unsafe_store(task, m[0] + numerics.log(l[0]) if l[0] > 0 else Float32(0))
 
 
@@ -235,11 +235,11 @@ def dq_gpu[D: Int](task: Int, lane: Int, args: Args):
     while j < keys[1]:
         var k = f32_at(args.a3 + (j * Hkv + kv) * D * 4)
         var ds = dq_term(args, task, dot_with_row[D](q, k), dot_with_row[D](d_out, f32_at(args.a4 + (j * Hkv + kv) * D * 4)))
-        acc = SIMD[DType.float32, D](ds).fma(k.unsafe_load[width=D](0), acc)
+        acc = SIMD[DType.float32, D](ds).fma(k.unsafe_load[width=D, alignment=16](0), acc)
         j += WARP
     acc = fold_sums_gpu[D](acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, acc * args.x0)
+        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc * args.x0)
 
 
 def dq_cpu[D: Int](task: Int, args: Args):
@@ -263,9 +263,9 @@ def dq_cpu[D: Int](task: Int, args: Args):
         for i in range(count):
             var lane = (base + i - keys[0]) % WARP
             var ds = dq_term(args, task, scores[i], dps[i])
-            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(k_rows[i])).unsafe_load[width=D](0), acc[lane])
+            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(k_rows[i])).unsafe_load[width=D, alignment=16](0), acc[lane])
         base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, fold_sums_cpu[D](acc) * args.x0)
+    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc) * args.x0)
 
 
 # dk and dv, per (key token, kv head), over the (head of the group, query) pairs e = head·nq + query:
@@ -302,11 +302,11 @@ def dv_gpu[D: Int](task: Int, lane: Int, args: Args):
     while e < pairs[2]:
         var row = pair_row(args, task, e, pairs[0], pairs[1])
         var p = numerics.exp(dot_with_row[D](k, f32_at(args.a2 + row * D * 4)) * args.x0 - f32_at(args.a4).unsafe_load(row))
-        acc = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D](0), acc)
+        acc = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D, alignment=16](0), acc)
         e += WARP
     acc = fold_sums_gpu[D](acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, acc)
+        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc)
 
 
 def dv_cpu[D: Int](task: Int, args: Args):
@@ -324,9 +324,9 @@ def dv_cpu[D: Int](task: Int, args: Args):
             var row = pair_row(args, task, base + i, pairs[0], pairs[1])
             var p = numerics.exp(scores[i] * args.x0 - f32_at(args.a4).unsafe_load(row))
             var lane = (base + i) % WARP
-            acc[lane] = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D](0), acc[lane])
+            acc[lane] = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D, alignment=16](0), acc[lane])
         base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, fold_sums_cpu[D](acc))
+    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc))
 
 
 def dk_gpu[D: Int](task: Int, lane: Int, args: Args):
@@ -339,11 +339,11 @@ def dk_gpu[D: Int](task: Int, lane: Int, args: Args):
         var row = pair_row(args, task, e, pairs[0], pairs[1])
         var q = f32_at(args.a2 + row * D * 4)
         var ds = dk_term(args, row, dot_with_row[D](k, q), dot_with_row[D](v, f32_at(args.a1 + row * D * 4)))
-        acc = SIMD[DType.float32, D](ds).fma(q.unsafe_load[width=D](0), acc)
+        acc = SIMD[DType.float32, D](ds).fma(q.unsafe_load[width=D, alignment=16](0), acc)
         e += WARP
     acc = fold_sums_gpu[D](acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, acc * args.x0)
+        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc * args.x0)
 
 
 def dk_cpu[D: Int](task: Int, args: Args):
@@ -366,9 +366,9 @@ def dk_cpu[D: Int](task: Int, args: Args):
             var row = pair_row(args, task, base + i, pairs[0], pairs[1])
             var ds = dk_term(args, row, scores[i], dps[i])
             var lane = (base + i) % WARP
-            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(q_rows[i])).unsafe_load[width=D](0), acc[lane])
+            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(q_rows[i])).unsafe_load[width=D, alignment=16](0), acc[lane])
         base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D](0, fold_sums_cpu[D](acc) * args.x0)
+    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc) * args.x0)
 
 
 # ---- Python entry points: pick the kernels compiled for the head dimension --------------------------
