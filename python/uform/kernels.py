@@ -33,14 +33,21 @@ def profile():
         _profile = None
 
 
+def _run(kernel: str, device, args) -> None:
+    try:
+        getattr(_engine, kernel)(device._handle, *args)
+    except Exception as error:  # the engine raises plain Exceptions; name the device and the call
+        raise RuntimeError(f"{device.name}: kernel {kernel} failed: {error}") from error
+
+
 def _call(kernel: str, device, *args, label: str | None = None) -> None:
     """Run engine function `kernel` on `device`; inside profile(), timed under `label` (default: kernel)."""
     if _profile is None:
-        getattr(_engine, kernel)(device._handle, *args)
+        _run(kernel, device, args)
         return
     device.synchronize()
     start = time.perf_counter()
-    getattr(_engine, kernel)(device._handle, *args)
+    _run(kernel, device, args)
     device.synchronize()
     entry = _profile[label or kernel]
     entry[0] += 1

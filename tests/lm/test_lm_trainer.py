@@ -210,3 +210,26 @@ def test_run_metadata_and_attention_report():
     assert meta["numeric_mode"] == "identical" and meta["engine"]["variant"] == uform.ENGINE_VARIANT
     assert meta["completed_steps"] == 1 and meta["data_schedule"] == {"corpus": "x"}
     assert trainer.attention_stage_report()["total_bytes"] > 0
+
+
+def test_lost_device_context_blocks_every_call_until_load_state_dict(monkeypatch):
+    shape = LanguageModelConfig()
+    trainer = LanguageModelTrainer(initial(shape), data_schedule={}, executor="cpu", resident=True)
+    ids = batches(shape, 2)
+    trainer.train_step(ids[0])
+    saved = trainer.export_state()
+    from uform.lm.model import DeviceModel
+
+    def broken(self, inputs):
+        raise RuntimeError("cpu: kernel gemm failed: simulated loss of the device context")
+
+    monkeypatch.setattr(DeviceModel, "forward", broken)
+    with pytest.raises(RuntimeError, match="session is lost"):
+        trainer.train_step(ids[1])
+    monkeypatch.undo()
+    for call in (lambda: trainer.train_step(ids[1]), lambda: trainer.evaluate(ids[1]), trainer.export_state,
+                 lambda: trainer.logits(ids[1][:, :4])):
+        with pytest.raises(RuntimeError, match="lost"):
+            call()
+    trainer.load_state_dict(saved)
+    assert trainer.train_step(ids[1])["step"] == 2
