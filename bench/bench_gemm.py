@@ -12,6 +12,14 @@ def tflops(n: int, seconds: float) -> float:
     return 2 * n**3 / seconds / 1e12
 
 
+def operands(device, n: int):
+    """Two random n×n float32 matrices on the host and on `device`, and C's buffer there."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    return a, b, device.put(a), device.put(b), device.empty((n, n))
+
+
 def gpu_rows(sizes):
     import torch
 
@@ -20,10 +28,7 @@ def gpu_rows(sizes):
     device = uform.Device.gpu(0)
     rows = []
     for n in sizes:
-        rng = np.random.default_rng(n)
-        a = rng.standard_normal((n, n)).astype(np.float32)
-        b = rng.standard_normal((n, n)).astype(np.float32)
-        ab, bb, cb = device.put(a), device.put(b), device.empty((n, n))
+        a, b, ab, bb, cb = operands(device, n)
         ours = median_seconds(lambda: K.gemm(cb, ab, bb, n, n, n), device.synchronize, repeats=5)
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         theirs = median_seconds(lambda: torch.matmul(ta, tb), torch.cuda.synchronize, repeats=5)
@@ -36,10 +41,7 @@ def cpu_rows(sizes):
     device = uform.Device.cpu()
     rows = []
     for n in sizes:
-        rng = np.random.default_rng(n)
-        a = rng.standard_normal((n, n)).astype(np.float32)
-        b = rng.standard_normal((n, n)).astype(np.float32)
-        ab, bb, cb = device.put(a), device.put(b), device.empty((n, n))
+        a, b, ab, bb, cb = operands(device, n)
         ours = median_seconds(lambda: K.gemm(cb, ab, bb, n, n, n), device.synchronize, repeats=3)
         theirs = median_seconds(lambda: a @ b, lambda: None, repeats=3)
         rows.append({"device": "cpu", "n": n, "uform_gflops": round(tflops(n, ours) * 1e3, 1),

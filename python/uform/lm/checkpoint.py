@@ -196,6 +196,20 @@ def _le_bytes(array: np.ndarray) -> memoryview:
 
 # ---------------------------------------------------------------- JSON format
 
+def _verified_json(encoded: bytes, what: str, invalid: str) -> dict:
+    """Decode a JSON object carrying its own "sha256" over the rest, check the digest, drop it."""
+    try:
+        document = json.loads(encoded.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{invalid}: {error}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("sha256"), str):
+        raise ValueError(f"{what}: no top-level sha256")
+    recorded = document.pop("sha256")
+    if recorded != _digest(document):
+        raise ValueError(f"{what} digest mismatch: the file was modified")
+    return document
+
+
 def encode_json_checkpoint(state) -> bytes:
     """The JSON checkpoint of a state, as bytes; ValueError if over 2 MiB."""
     state = _checked(state, None, copy=False)
@@ -227,15 +241,7 @@ def read_json_checkpoint_bytes(encoded: bytes) -> dict:
         raise TypeError(f"encoded must be bytes (copy mutable buffers first), got {type(encoded).__name__}")
     if len(encoded) > JSON_LIMIT_BYTES:
         raise ValueError(f"input is {len(encoded)} bytes, over the 2 MiB JSON checkpoint limit")
-    try:
-        document = json.loads(encoded.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"not a valid JSON checkpoint (truncated or corrupted?): {error}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("sha256"), str):
-        raise ValueError("not a uform.lm JSON checkpoint: no top-level sha256")
-    recorded = document.pop("sha256")
-    if recorded != _digest(document):
-        raise ValueError("checkpoint digest mismatch: the file was modified")
+    document = _verified_json(encoded, "checkpoint", "not a valid JSON checkpoint (truncated or corrupted?)")
     if set(document) != STATE_KEYS:
         raise ValueError(f"checkpoint fields {sorted(document)} do not match {FORMAT}")
     for name in ARRAYS:
@@ -282,15 +288,7 @@ def write_binary_checkpoint(path, state) -> str:
 
 
 def _binary_header(encoded: bytes) -> tuple[dict, LanguageModelConfig]:
-    try:
-        header = json.loads(encoded.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"binary checkpoint header is not valid JSON (corrupted?): {error}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("sha256"), str):
-        raise ValueError("binary checkpoint header has no sha256")
-    recorded = header.pop("sha256")
-    if recorded != _digest(header):
-        raise ValueError("checkpoint header digest mismatch: the file was modified")
+    header = _verified_json(encoded, "checkpoint header", "binary checkpoint header is not valid JSON (corrupted?)")
     expected = (STATE_KEYS - set(ARRAYS)) | {"arrays"}
     if set(header) != expected:
         raise ValueError(f"binary checkpoint header fields {sorted(header)} do not match {FORMAT}")
