@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
@@ -282,7 +283,7 @@ class Deferred:
         """Block until the call is final (or `timeout` seconds pass); answers whether it is."""
         try:
             self._future.exception(timeout)
-        except TimeoutError:
+        except FutureTimeout:
             return False
         return True
 
