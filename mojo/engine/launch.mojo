@@ -3,8 +3,10 @@
 A kernel is written once as a body over an index (a row, an element, a column)
 that reads its operands from `Args`: up to eight buffer addresses, four sizes
 and four float scalars. On the CPU, `cpu_parallel_for` hands contiguous index
-ranges to threads; on a GPU, `index_kernel` maps `global_idx.x` to the index.
-Both call the same body, so both compute the same bits.
+ranges to threads; on a GPU, `group_kernel` maps `global_idx.x` to the index.
+Both call the same body, so both compute the same bits. A warp kernel
+(attention) shares each index among the 32 lanes of a warp on the GPU, and
+plays the lanes itself on the CPU, in the same order (`launch_warps`).
 """
 
 from std.sys import llvm_intrinsic, num_physical_cores
@@ -93,64 +95,56 @@ def device_of(py: PythonObject) raises -> Pointer[Device, MutAnyOrigin]:
     return py.downcast_value_ptr[Device]()
 
 
-def index_kernel[body: def(Int, Args) thin -> None](
+comptime WARP = 32
+
+
+def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
     n: Int64,
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64, a6: Int64, a7: Int64,
     n0: Int64, n1: Int64, n2: Int64, n3: Int64,
     x0: Float32, x1: Float32, x2: Float32, x3: Float32,
 ):
-    """The GPU launcher: thread i runs body(i, args)."""
-    var i = Int(global_idx.x)
-    if i < Int(n):
+    """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args)."""
+    var thread = Int(global_idx.x)
+    var task = thread // lanes
+    if task < Int(n):
         body(
-            i,
+            task,
+            thread % lanes,
             Args(Int(a0), Int(a1), Int(a2), Int(a3), Int(a4), Int(a5), Int(a6), Int(a7),
                  Int(n0), Int(n1), Int(n2), Int(n3), x0, x1, x2, x3),
         )
 
 
-def launch[body: def(Int, Args) thin -> None](device: PythonObject, n: Int, args: Args) raises:
-    """Run body(i, args) for every i in [0, n) on the device: GPU threads or CPU tasks."""
+def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
+    device: PythonObject, n: Int, args: Args
+) raises:
+    """Run every task in [0, n): on a GPU, `lanes` threads a task (gpu_body sees its lane); on the CPU,
+    one task per call of cpu_body, which plays every lane itself."""
     var dev = device_of(device)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
-            dev[].ctx().enqueue_function[index_kernel[body]](
+            dev[].ctx().enqueue_function[group_kernel[lanes, gpu_body]](
                 Int64(n),
                 Int64(args.a0), Int64(args.a1), Int64(args.a2), Int64(args.a3),
                 Int64(args.a4), Int64(args.a5), Int64(args.a6), Int64(args.a7),
                 Int64(args.n0), Int64(args.n1), Int64(args.n2), Int64(args.n3),
                 args.x0, args.x1, args.x2, args.x3,
-                grid_dim=gpu_blocks(n),
+                grid_dim=gpu_blocks(n * lanes),
                 block_dim=GPU_BLOCK,
             )
         return
 
     def chunk(begin: Int, end: Int) {imm args}:
         for i in range(begin, end):
-            body(i, args)
+            cpu_body(i, args)
 
     cpu_parallel_for(chunk, n)
 
 
-comptime WARP = 32
-
-
-def warp_kernel[body: def(Int, Int, Args) thin -> None](
-    n: Int64,
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64, a6: Int64, a7: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32,
-):
-    """The GPU launcher of warp kernels: the 32 lanes of warp i run body(i, lane, args) together."""
-    var thread = Int(global_idx.x)
-    var task = thread // WARP
-    if task < Int(n):
-        body(
-            task,
-            thread % WARP,
-            Args(Int(a0), Int(a1), Int(a2), Int(a3), Int(a4), Int(a5), Int(a6), Int(a7),
-                 Int(n0), Int(n1), Int(n2), Int(n3), x0, x1, x2, x3),
-        )
+def one_lane[body: def(Int, Args) thin -> None](task: Int, lane: Int, args: Args):
+    """An index kernel's body as the single lane of its task."""
+    body(task, args)
 
 
 def launch_warps[gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
@@ -158,33 +152,14 @@ def launch_warps[gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, 
 ) raises -> PythonObject:
     """A kernel whose task is shared by the 32 lanes of a GPU warp (gpu_body, with shuffles) and run by
     one CPU task that plays the 32 lanes itself (cpu_body); both keep the same lane order."""
-    var dev = device_of(device)
-    var tasks = Int(py=n)
-    var args = args_from_python(addresses, sizes, scalars)
-    if dev[].is_gpu():
-        comptime if HAS_ACCELERATOR:
-            dev[].ctx().enqueue_function[warp_kernel[gpu_body]](
-                Int64(tasks),
-                Int64(args.a0), Int64(args.a1), Int64(args.a2), Int64(args.a3),
-                Int64(args.a4), Int64(args.a5), Int64(args.a6), Int64(args.a7),
-                Int64(args.n0), Int64(args.n1), Int64(args.n2), Int64(args.n3),
-                args.x0, args.x1, args.x2, args.x3,
-                grid_dim=gpu_blocks(tasks * WARP),
-                block_dim=GPU_BLOCK,
-            )
-        return PythonObject(None)
-
-    def chunk(begin: Int, end: Int) {imm args}:
-        for i in range(begin, end):
-            cpu_body(i, args)
-
-    cpu_parallel_for(chunk, tasks)
+    launch_grouped[WARP, gpu_body, cpu_body](device, Int(py=n), args_from_python(addresses, sizes, scalars))
     return PythonObject(None)
 
 
 def launch_from_python[body: def(Int, Args) thin -> None](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
-    """The Python entry point shared by every index kernel: (device, n, addresses, sizes, scalars)."""
-    launch[body](device, Int(py=n), args_from_python(addresses, sizes, scalars))
+    """The Python entry point shared by every index kernel: (device, n, addresses, sizes, scalars);
+    body(i, args) runs for every i in [0, n), one GPU thread or one CPU call each."""
+    launch_grouped[1, one_lane[body], body](device, Int(py=n), args_from_python(addresses, sizes, scalars))
     return PythonObject(None)
