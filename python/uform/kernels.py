@@ -18,6 +18,14 @@ import numpy as np
 
 from .engine import Buffer, _engine
 
+# Operation codes of the portable math (mojo/kernels/pointwise.mojo).
+UNARY_OPS = {
+    "exp": 0, "log": 1, "log1p": 2, "sqrt": 3, "rsqrt": 4,
+    "sigmoid": 5, "softplus": 6, "silu": 7, "silu_derivative": 8,
+}
+
+COLUMN_CHUNK = 256  # rows per partial sum of `column_sum` (mojo/kernels/norms.mojo)
+
 _profile: dict[str, list[float]] | None = None
 
 
@@ -52,14 +60,6 @@ def _call(kernel: str, device, *args, label: str | None = None) -> None:
     entry = _profile[label or kernel]
     entry[0] += 1
     entry[1] += time.perf_counter() - start
-
-# Operation codes of the portable math (mojo/kernels/pointwise.mojo).
-UNARY_OPS = {
-    "exp": 0, "log": 1, "log1p": 2, "sqrt": 3, "rsqrt": 4,
-    "sigmoid": 5, "softplus": 6, "silu": 7, "silu_derivative": 8,
-}
-
-COLUMN_CHUNK = 256  # rows per partial sum of `column_sum` (mojo/kernels/norms.mojo)
 
 
 def _device(*buffers: Buffer):
