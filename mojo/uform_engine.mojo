@@ -82,6 +82,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[gemm.gemm]("gemm")
+        m.def_function[gemm.gemm_chunks]("gemm_chunks")
         m.def_function[launch_from_python[pointwise.unary_math]]("unary_math")
         m.def_function[launch_from_python[pointwise.silu_backward]]("silu_backward")
         m.def_function[launch_from_python[pointwise.add]]("add")

@@ -13,7 +13,7 @@ import numpy as np
 import uform
 from uform import kernels as K
 
-GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96)]
+GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96), (37, 45, 9000), (20, 9, 4096)]
 ROW_SHAPES = [(1, 1), (3, 7), (17, 33), (64, 768), (5, 1000)]
 ATTENTION_SHAPES = [  # batch, seq_len, heads, kv_heads, head_dim
     (1, 1, 1, 1, 8), (2, 7, 4, 2, 8), (1, 19, 6, 3, 16), (2, 33, 2, 1, 64), (1, 70, 2, 2, 32), (2, 45, 1, 1, 128),

@@ -74,6 +74,14 @@ class Device:
     def synchronize(self) -> None:
         self._handle.synchronize()
 
+    def scratch(self, size: int) -> Buffer:
+        """A float32 workspace of at least `size` values, reused by every kernel call on this device that
+        needs one (calls on one device run in order, so one call's scratch is free when the next starts)."""
+        if getattr(self, "_scratch", None) is None or self._scratch.size < size:
+            self._scratch = None
+            self._scratch = Buffer(self, max(size, 1))
+        return self._scratch
+
     def copy(self, destination: Buffer, source: Buffer) -> None:
         if destination.nbytes != source.nbytes:
             raise ValueError(f"copy between buffers of {source.nbytes} and {destination.nbytes} bytes")

@@ -139,9 +139,11 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
-    label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_long_k" if k > 4 * max(m, n) else "")
+    chunks = int(_engine.gemm_chunks(m, n, k))  # k ranges of the canonical order (mojo/kernels/gemm.mojo)
+    partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
+    label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_split_k" if chunks > 1 else "")
     _call("gemm", device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), label=label)
+          bool(accumulate), partials, label=label)
 
 
 # ---- rows ------------------------------------------------------------------------------------
