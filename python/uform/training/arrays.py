@@ -48,3 +48,9 @@ def per_item(name: str, value, item_count: int, dtype: type) -> np.ndarray | Non
     if array.size != item_count:
         raise UFormError(ErrorCode.SHAPE_MISMATCH, f"{name}: {array.size} entries for {item_count} items")
     return array
+
+
+def first_not_finite_non_negative(values: np.ndarray) -> int | None:
+    """The index of the first value that is not a finite number ≥ 0 (a weight, a probability), or None."""
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
+    return int(bad[0]) if bad.size else None

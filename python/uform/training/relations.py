@@ -26,7 +26,7 @@ from typing import Union
 
 import numpy as np
 
-from .arrays import as_float32, as_unsigned
+from .arrays import as_float32, as_unsigned, first_not_finite_non_negative
 from .enums import Negatives
 from .errors import ErrorCode, UFormError
 
@@ -143,9 +143,8 @@ def _check_edges(name: str, edges: Edges, item_count: int, max_edges: int | None
         return
     if weights.size != ids.size:
         raise UFormError(ErrorCode.SHAPE_MISMATCH, f"{prefix}: {weights.size} weights for {ids.size} ids")
-    bad = np.flatnonzero(~(np.isfinite(weights) & (weights >= 0)))
-    if bad.size:
-        k = bad[0]
+    k = first_not_finite_non_negative(weights)
+    if k is not None:
         raise UFormError(ErrorCode.INVALID_ARGUMENT,
                          f"{prefix}: item {owners[k]}'s edge to {ids[k]} weighs {weights[k]}, "
                          f"not a finite non-negative number")

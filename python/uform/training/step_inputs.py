@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import per_item
+from .arrays import first_not_finite_non_negative, per_item
 from .enums import LateInteractionSide, Modality, Scalar
 from .errors import ErrorCode, UFormError
 from .relations import Relations, check_relations, edge_owners
@@ -93,9 +93,8 @@ def _check_choice_values(owners: np.ndarray, data: np.ndarray, probabilities: np
     if repeated.size:
         k = order[repeated[0]]
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choices: item {owners[k]} offers byte {data[k]:#04x} twice")
-    bad = np.flatnonzero(~(np.isfinite(probabilities) & (probabilities >= 0)))
-    if bad.size:
-        k = bad[0]
+    k = first_not_finite_non_negative(probabilities)
+    if k is not None:
         raise UFormError(ErrorCode.INVALID_ARGUMENT,
                          f"choice_targets: item {owners[k]} has target {probabilities[k]}, "
                          f"not a finite non-negative number")
