@@ -207,8 +207,6 @@ class LanguageModelTrainer:
         if array.ndim != 2:
             raise ValueError(f"logits: ids must be 2-D (batch, length), got shape {array.shape}")
         batch, length = array.shape
-        if not 1 <= batch <= LOGITS_MAX_BATCH:
-            raise ValueError(f"logits: batch must be in [1, {LOGITS_MAX_BATCH}], got {batch}")
         if not 1 <= length <= c.length:
             raise ValueError(f"logits: length must be in [1, {c.length}], got {length}")
         if batch * length * c.vocab_size > LOGITS_MAX_CELLS:
