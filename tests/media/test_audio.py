@@ -49,6 +49,11 @@ def direct(data, sample_rate):
     return soxr.resample(mono, rate, sample_rate, quality="HQ")
 
 
+def decode(content, item):
+    """``decode_audio`` at 16 kHz."""
+    return audio.decode_audio(content, item, sample_rate=16000)
+
+
 def refused(call, *expected):
     """Runs ``call``, expects INVALID_ARGUMENT, and answers the message checked for each ``expected`` phrase."""
     with pytest.raises(UFormError) as caught:
@@ -74,7 +79,7 @@ def test_this_libsndfile_decodes_all_four():
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_decoding_matches_soundfile_and_soxr(files, name):
-    decoded = audio.decode_audio(files[name], 0, 16000)
+    decoded = audio.decode_audio(files[name], 0, sample_rate=16000)
     assert decoded.dtype == np.float32 and decoded.ndim == 1
     np.testing.assert_array_equal(decoded, direct(files[name], 16000))
 
@@ -85,14 +90,14 @@ def test_a_mono_file_is_soundfiles_float32_resampled(name):
     data = write(stereo()[:, 0], RATE, name)
     samples, _ = soundfile.read(io.BytesIO(data), dtype="float32")
     expected = soxr.resample(samples, RATE, 22050, quality="HQ")
-    np.testing.assert_array_equal(audio.decode_audio(data, 0, 22050), expected)
+    np.testing.assert_array_equal(audio.decode_audio(data, 0, sample_rate=22050), expected)
 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_the_pyav_fallback_decodes_like_soundfile(files, name, monkeypatch):
     monkeypatch.setattr(audio, "_SOUNDFILE_FORMATS", frozenset())
     assert audio.file_decoder(files[name]) == "pyav"
-    decoded, expected = audio.decode_audio(files[name], 0, 16000), direct(files[name], 16000)
+    decoded, expected = audio.decode_audio(files[name], 0, sample_rate=16000), direct(files[name], 16000)
     assert decoded.shape == expected.shape
     # Lossless files decode to the same integers; FFmpeg's MP3 and Opus decoders are not libsndfile's
     # (mpg123, libopus), and differ by up to about 5e-5 (Opus, in its last packet).
@@ -102,13 +107,13 @@ def test_the_pyav_fallback_decodes_like_soundfile(files, name, monkeypatch):
 def test_an_array_item_is_averaged_in_float64_then_resampled():
     samples = stereo(0.3, 44100)
     expected = soxr.resample(samples.astype(np.float64).mean(axis=1).astype(np.float32), 44100, 16000, quality="HQ")
-    np.testing.assert_array_equal(audio.decode_audio((samples, 44100), 0, 16000), expected)
+    np.testing.assert_array_equal(audio.decode_audio((samples, 44100), 0, sample_rate=16000), expected)
 
 
 def test_mono_at_the_run_rate_is_kept_as_is():
     samples = stereo(0.1, 16000)[:, 1]
-    np.testing.assert_array_equal(audio.decode_audio((samples, np.int64(16000)), 0, 16000), samples)
-    np.testing.assert_array_equal(audio.decode_audio((samples[:, None], 16000), 0, 16000), samples)
+    np.testing.assert_array_equal(audio.decode_audio((samples, np.int64(16000)), 0, sample_rate=16000), samples)
+    np.testing.assert_array_equal(audio.decode_audio((samples[:, None], 16000), 0, sample_rate=16000), samples)
 
 
 # Frames and targets.
@@ -157,7 +162,7 @@ def test_padding_and_a_silent_frame():
 
 def test_prepare_audio_runs_the_whole_path(files):
     shape = AudioShape(chunk_samples=400)  # sample_rate derives 16000
-    result = audio.prepare_audio(files["FLAC"], 0, shape, max_frames=8)
+    result = audio.prepare_audio(files["FLAC"], 0, shape=shape, max_frames=8)
     expected = direct(files["FLAC"], 16000)
     assert result.original_frames == -(-expected.size // 400) == 20 and result.truncated
     np.testing.assert_array_equal(result.frames.reshape(-1), expected[:3200])
@@ -168,55 +173,56 @@ def test_prepare_audio_runs_the_whole_path(files):
 def test_audio_needs_an_audio_shape():
     refused(lambda: audio.require_audio(None, 7), "item 7", "no batch.audio")
     refused(lambda: audio.require_audio(AudioShape(), 7), "item 7", "chunk_samples 0")
-    refused(lambda: audio.prepare_audio((np.ones(10, np.float32), 16000), 7, AudioShape(), 4), "item 7")
+    refused(lambda: audio.prepare_audio((np.ones(10, np.float32), 16000), 7, shape=AudioShape(), max_frames=4),
+            "item 7")
     refused(lambda: audio.require_audio(AudioShape(chunk_samples=-4), 7), "batch.audio.chunk_samples", "-4")
     refused(lambda: audio.require_audio(AudioShape(chunk_samples=4, sample_rate=-1), 7), "batch.audio.sample_rate")
     assert audio.require_audio(AudioShape(chunk_samples=4), 7) == AudioShape(chunk_samples=4, sample_rate=16000)
 
 
 def test_empty_and_unknown_files():
-    refused(lambda: audio.decode_audio(b"", 7, 16000), "item 7", "empty")
-    refused(lambda: audio.decode_audio(b"just some text", 7, 16000), "item 7", "not a WAV, FLAC, MP3 or Opus")
+    refused(lambda: decode(b"", 7), "item 7", "empty")
+    refused(lambda: decode(b"just some text", 7), "item 7", "not a WAV, FLAC, MP3 or Opus")
     vorbis = io.BytesIO()
     soundfile.write(vorbis, stereo(0.1), RATE, format="OGG", subtype="VORBIS")
-    refused(lambda: audio.decode_audio(vorbis.getvalue(), 7, 16000), "item 7", "not a WAV, FLAC, MP3 or Opus")
+    refused(lambda: decode(vorbis.getvalue(), 7), "item 7", "not a WAV, FLAC, MP3 or Opus")
 
 
 @pytest.mark.parametrize("name, problem", [("WAV", "truncated WAV"), ("MP3", "truncated MP3"),
                                            ("FLAC", "corrupt FLAC"), ("OPUS", "corrupt OPUS")])
 def test_a_file_cut_in_half(files, name, problem):
-    refused(lambda: audio.decode_audio(files[name][:len(files[name]) // 2], 7, 16000), "item 7", problem)
+    refused(lambda: decode(files[name][:len(files[name]) // 2], 7), "item 7", problem)
 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_a_file_with_a_damaged_body(files, name):
     data = files[name][:48] + bytes(range(256)) * 8
-    message = refused(lambda: audio.decode_audio(data, 7, 16000), "item 7")
+    message = refused(lambda: decode(data, 7), "item 7")
     assert "corrupt" in message or "truncated" in message
 
 
 def test_zero_length_audio():
-    refused(lambda: audio.decode_audio((np.zeros(0, np.float32), 16000), 7, 16000), "item 7", "zero-length")
-    refused(lambda: audio.decode_audio((np.zeros((0, 2), np.float32), 16000), 7, 16000), "zero-length")
-    refused(lambda: audio.decode_audio((np.zeros((10, 0), np.float32), 16000), 7, 16000), "zero-length")
-    refused(lambda: audio.decode_audio(write(np.zeros((0, 1), np.float32), RATE, "WAV"), 7, 16000), "zero-length")
-    refused(lambda: audio.decode_audio((np.ones(1, np.float32), 48000), 7, 16000), "none at 16000 Hz")
+    refused(lambda: decode((np.zeros(0, np.float32), 16000), 7), "item 7", "zero-length")
+    refused(lambda: decode((np.zeros((0, 2), np.float32), 16000), 7), "zero-length")
+    refused(lambda: decode((np.zeros((10, 0), np.float32), 16000), 7), "zero-length")
+    refused(lambda: decode(write(np.zeros((0, 1), np.float32), RATE, "WAV"), 7), "zero-length")
+    refused(lambda: decode((np.ones(1, np.float32), 48000), 7), "none at 16000 Hz")
 
 
 def test_non_finite_samples():
     samples = stereo(0.1)
     samples[5, 1] = np.nan
-    refused(lambda: audio.decode_audio((samples, RATE), 7, 16000), "item 7", "sample 5 of channel 1 is nan")
+    refused(lambda: decode((samples, RATE), 7), "item 7", "sample 5 of channel 1 is nan")
     samples[5, 1] = -np.inf
-    refused(lambda: audio.decode_audio((samples[:, 1], RATE), 7, 16000), "sample 5 of channel 0 is -inf")
+    refused(lambda: decode((samples[:, 1], RATE), 7), "sample 5 of channel 0 is -inf")
     floats = io.BytesIO()
     soundfile.write(floats, samples, RATE, format="WAV", subtype="FLOAT")
-    refused(lambda: audio.decode_audio(floats.getvalue(), 7, 16000), "item 7", "not finite")
+    refused(lambda: decode(floats.getvalue(), 7), "item 7", "not finite")
 
 
 @pytest.mark.parametrize("rate", [0, -16000, 16000.5, True, "16000"])
 def test_a_bad_sample_rate(rate):
-    refused(lambda: audio.decode_audio((np.ones(10, np.float32), rate), 7, 16000), "item 7", "positive integer")
+    refused(lambda: decode((np.ones(10, np.float32), rate), 7), "item 7", "positive integer")
 
 
 @pytest.mark.parametrize("samples, problem", [
@@ -227,12 +233,12 @@ def test_a_bad_sample_rate(rate):
     ([0.0, 0.1], "numpy float32 array"),
 ])
 def test_a_bad_array(samples, problem):
-    refused(lambda: audio.decode_audio((samples, 16000), 7, 16000), "item 7", problem)
+    refused(lambda: decode((samples, 16000), 7), "item 7", problem)
 
 
 @pytest.mark.parametrize("item", ["a caption, not a sound", (np.ones(4, np.float32),), 42])
 def test_neither_bytes_nor_a_tuple(item):
-    refused(lambda: audio.decode_audio(item, 7, 16000), "item 7", "file bytes or a (samples, sample_rate) tuple")
+    refused(lambda: decode(item, 7), "item 7", "file bytes or a (samples, sample_rate) tuple")
 
 
 def test_max_frames_must_be_positive():
@@ -259,9 +265,9 @@ def test_sound_pairs_are_deterministic_and_decode():
     shape = AudioShape(chunk_samples=320)
     for wav, flac in zip(pairs, again):
         assert audio.file_decoder(wav.audio) == "soundfile" and flac.audio[:4] == b"fLaC"
-        decoded = audio.decode_audio(wav.audio, 0, 16000)
-        np.testing.assert_array_equal(decoded, audio.decode_audio(flac.audio, 0, 16000))  # same 16-bit samples
+        decoded = decode(wav.audio, 0)
+        np.testing.assert_array_equal(decoded, decode(flac.audio, 0))  # the same 16-bit samples
         words = wav.caption.split()
         peak = 0.1 if "quiet" in words else 0.8 if "loud" in words else 0.3
         assert abs(np.abs(decoded).max() - peak) < 1e-3, wav.caption
-        assert audio.prepare_audio(wav.audio, 0, shape, max_frames=400).frames.shape[1] == 320
+        assert audio.prepare_audio(wav.audio, 0, shape=shape, max_frames=400).frames.shape[1] == 320

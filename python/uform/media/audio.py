@@ -45,8 +45,7 @@ frame boundary is indistinguishable from a shorter recording, and one cut inside
 packet is refused as corrupt. Files decoded by PyAV are refused when FFmpeg reports
 an error and are otherwise taken as they decode.
 
-Masking frames for the masked objective is not done here: frames are drawn by
-``uform.media.masking``, keyed by (seed, step, item) like text spans.
+Which frames the masked objective hides is not decided here.
 """
 
 from __future__ import annotations
@@ -92,18 +91,18 @@ class AudioFrames:
     """Frames the whole recording spans, ``ceil(samples / chunk_samples)``, before truncation."""
 
 
-def _refuse(index: int, problem: str) -> UFormError:
-    return UFormError(ErrorCode.INVALID_ARGUMENT, f"item {index}: {problem}")
+def _refuse(item: int, problem: str) -> UFormError:
+    return UFormError(ErrorCode.INVALID_ARGUMENT, f"item {item}: {problem}")
 
 
-def require_audio(shape: AudioShape | None, index: int) -> AudioShape:
-    """The derived audio shape of a run that holds AUDIO item ``index``; refused if the run has audio off.
+def require_audio(shape: AudioShape | None, item: int = 0) -> AudioShape:
+    """The derived audio shape of a run that holds AUDIO item ``item``; refused if the run has audio off.
 
     Audio is off when ``BatchShape.audio`` is missing or its ``chunk_samples`` is 0.
     """
     if shape is None or shape.chunk_samples == 0:
         held = "no batch.audio" if shape is None else "batch.audio.chunk_samples 0"
-        raise _refuse(index, f"an AUDIO item needs an AudioShape with a positive chunk_samples; the run has {held}")
+        raise _refuse(item, f"an AUDIO item needs an AudioShape with a positive chunk_samples; the run has {held}")
     shape = shape.derived()
     for name in ("chunk_samples", "sample_rate"):
         value = getattr(shape, name)
@@ -112,15 +111,15 @@ def require_audio(shape: AudioShape | None, index: int) -> AudioShape:
     return shape
 
 
-def file_decoder(data: bytes, index: int = 0) -> str:
+def file_decoder(content: bytes, item: int = 0) -> str:
     """``"soundfile"`` or ``"pyav"``: which library decodes this file; refused if it is none of the four formats."""
-    return "soundfile" if _file_format(data, index) in _SOUNDFILE_FORMATS else "pyav"
+    return "soundfile" if _file_format(bytes(content), item) in _SOUNDFILE_FORMATS else "pyav"
 
 
-def _file_format(data: bytes, index: int) -> str:
+def _file_format(data: bytes, item: int) -> str:
     """The container, told by the file's first bytes."""
     if not data:
-        raise _refuse(index, "the audio file is empty (0 bytes)")
+        raise _refuse(item, "the audio file is empty (0 bytes)")
     head = bytes(data[:36])
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "WAV"
@@ -131,7 +130,7 @@ def _file_format(data: bytes, index: int) -> str:
     if head[:3] == b"ID3" or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0
                               and head[1] & 0x06):  # an MPEG audio frame sync; layer bits 00 would be AAC (ADTS)
         return "MP3"
-    raise _refuse(index, f"not a WAV, FLAC, MP3 or Opus file (it begins {head[:12]!r})")
+    raise _refuse(item, f"not a WAV, FLAC, MP3 or Opus file (it begins {head[:12]!r})")
 
 
 def _mp3_declares_length(data: bytes) -> bool:
@@ -144,88 +143,89 @@ def _mp3_declares_length(data: bytes) -> bool:
     return b"Xing" in first_frame or b"Info" in first_frame
 
 
-def _read_soundfile(data: bytes, file_format: str, index: int) -> tuple[np.ndarray, int]:
+def _read_soundfile(data: bytes, file_format: str, item: int) -> tuple[np.ndarray, int]:
     """``(samples (n, channels) float64, rate)`` decoded by libsndfile; corrupt or truncated files refused."""
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as file:
             declared, rate = file.frames, file.samplerate
             samples = file.read(dtype="float64", always_2d=True)
     except soundfile.LibsndfileError as error:
-        raise _refuse(index, f"corrupt {file_format} file ({error.error_string})") from None
+        raise _refuse(item, f"corrupt {file_format} file ({error.error_string})") from None
     riff_bytes = int.from_bytes(data[4:8], "little") + 8
     if file_format == "WAV" and riff_bytes > len(data):
-        raise _refuse(index, f"truncated WAV file: its RIFF header declares {riff_bytes} bytes, it holds {len(data)}")
+        raise _refuse(item, f"truncated WAV file: its RIFF header declares {riff_bytes} bytes, it holds {len(data)}")
     if (file_format in ("FLAC", "OPUS") or file_format == "MP3" and _mp3_declares_length(data)) \
             and len(samples) < declared:
-        raise _refuse(index, f"truncated {file_format} file: it declares {declared} samples, {len(samples)} decode")
+        raise _refuse(item, f"truncated {file_format} file: it declares {declared} samples, {len(samples)} decode")
     return samples, rate
 
 
-def _read_pyav(data: bytes, file_format: str, index: int) -> tuple[np.ndarray, int]:
+def _read_pyav(data: bytes, file_format: str, item: int) -> tuple[np.ndarray, int]:
     """``(samples (n, channels) float64, rate)`` of the file's first audio stream, decoded by FFmpeg."""
     try:
         with av.open(io.BytesIO(data)) as container:
             if not container.streams.audio:
-                raise _refuse(index, f"corrupt {file_format} file (no audio stream)")
+                raise _refuse(item, f"corrupt {file_format} file (no audio stream)")
             stream = container.streams.audio[0]
             rate, blocks = stream.rate, []
             for frame in container.decode(stream):
                 kind = frame.format.name.rstrip("p")
                 if kind not in _PYAV_SCALE:
-                    raise _refuse(index, f"{file_format} file of sample format {frame.format.name}, not decodable")
+                    raise _refuse(item, f"{file_format} file of sample format {frame.format.name}, not decodable")
                 block = frame.to_ndarray()
                 channels = len(frame.layout.channels)
                 block = block.T if frame.format.is_planar else block.reshape(-1, channels)
                 offset = 128.0 if kind == "u8" else 0.0
                 blocks.append((block.astype(np.float64) - offset) / _PYAV_SCALE[kind])
     except av.error.FFmpegError as error:
-        raise _refuse(index, f"corrupt {file_format} file ({error})") from None
+        raise _refuse(item, f"corrupt {file_format} file ({error})") from None
     if not blocks:
-        raise _refuse(index, f"zero-length audio: the {file_format} file decodes to no samples")
+        raise _refuse(item, f"zero-length audio: the {file_format} file decodes to no samples")
     return np.concatenate(blocks), rate
 
 
-def _read_array(item: tuple, index: int) -> tuple[np.ndarray, int]:
+def _read_array(content: tuple, item: int) -> tuple[np.ndarray, int]:
     """``(samples (n, channels) float32, rate)`` of an ``(array, rate)`` item, its dtype, rank and rate checked."""
-    samples, rate = item
+    samples, rate = content
     if not isinstance(samples, np.ndarray):
-        raise _refuse(index, f"the audio samples must be a numpy float32 array, got {type(samples).__name__}")
+        raise _refuse(item, f"the audio samples must be a numpy float32 array, got {type(samples).__name__}")
     if samples.dtype != np.float32:
-        raise _refuse(index, f"the audio array has dtype {samples.dtype}, expected float32")
+        raise _refuse(item, f"the audio array has dtype {samples.dtype}, expected float32")
     if samples.ndim not in (1, 2):
-        raise _refuse(index, f"the audio array has shape {samples.shape}, expected (samples,) or (samples, channels)")
+        raise _refuse(item, f"the audio array has shape {samples.shape}, expected (samples,) or (samples, channels)")
     if not isinstance(rate, numbers.Integral) or isinstance(rate, bool) or rate <= 0:
-        raise _refuse(index, f"the sample rate must be a positive integer, got {rate!r}")
+        raise _refuse(item, f"the sample rate must be a positive integer, got {rate!r}")
     return (samples[:, None] if samples.ndim == 1 else samples), int(rate)
 
 
-def decode_audio(item, index: int, sample_rate: int) -> np.ndarray:
-    """Item ``index`` (file bytes or ``(array, rate)``) as float32 mono samples at ``sample_rate``.
+def decode_audio(content, item: int = 0, *, sample_rate: int = 16000) -> np.ndarray:
+    """``(n,)`` float32 mono samples at ``sample_rate`` of one AUDIO item: file bytes or ``(array, rate)``.
 
-    The steps and every refusal are in the module doc.
+    ``item`` is the item's index in the step, named by every refusal. The steps and
+    every refusal are in the module doc.
     """
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        data = bytes(item)
-        file_format = _file_format(data, index)
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        data = bytes(content)
+        file_format = _file_format(data, item)
         read = _read_soundfile if file_format in _SOUNDFILE_FORMATS else _read_pyav
-        samples, rate = read(data, file_format, index)
-    elif isinstance(item, tuple) and len(item) == 2:
-        samples, rate = _read_array(item, index)
+        samples, rate = read(data, file_format, item)
+    elif isinstance(content, tuple) and len(content) == 2:
+        samples, rate = _read_array(content, item)
     else:
-        raise _refuse(index, f"an AUDIO item is file bytes or a (samples, sample_rate) tuple, "
-                             f"got {type(item).__name__}")
+        raise _refuse(item, f"an AUDIO item is file bytes or a (samples, sample_rate) tuple, "
+                             f"got {type(content).__name__}")
     if samples.size == 0:
-        raise _refuse(index, f"zero-length audio: {samples.shape[0]} samples of {samples.shape[1]} channels")
+        raise _refuse(item, f"zero-length audio: {samples.shape[0]} samples of {samples.shape[1]} channels")
     bad = np.flatnonzero(~np.isfinite(samples.reshape(-1)))
     if bad.size:
         sample, channel = divmod(int(bad[0]), samples.shape[1])
-        raise _refuse(index, f"sample {sample} of channel {channel} is {samples[sample, channel]}, "
+        raise _refuse(item, f"sample {sample} of channel {channel} is {samples[sample, channel]}, "
                              f"not finite ({bad.size} such values)")
     mono = samples.mean(axis=1, dtype=np.float64).astype(np.float32)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality=RESAMPLE_QUALITY)
     if mono.size == 0:
-        raise _refuse(index, f"zero-length audio: {len(samples)} samples at {rate} Hz give none at {sample_rate} Hz")
+        raise _refuse(item, f"zero-length audio: {len(samples)} samples at {rate} Hz give none at {sample_rate} Hz")
     return mono
 
 
@@ -244,7 +244,10 @@ def frame_audio(samples: np.ndarray, chunk_samples: int, max_frames: int) -> Aud
                        truncated=original > kept, original_frames=original)
 
 
-def prepare_audio(item, index: int, shape: AudioShape | None, max_frames: int) -> AudioFrames:
-    """Item ``index`` decoded, resampled and framed for a run's audio ``shape``: the whole host path of one item."""
-    shape = require_audio(shape, index)
-    return frame_audio(decode_audio(item, index, shape.sample_rate), shape.chunk_samples, max_frames)
+def prepare_audio(content, item: int = 0, *, shape: AudioShape | None, max_frames: int) -> AudioFrames:
+    """One AUDIO item decoded, resampled and framed for a run's audio ``shape``: its whole host path.
+
+    ``item`` is the item's index in the step, named by every refusal.
+    """
+    shape = require_audio(shape, item)
+    return frame_audio(decode_audio(content, item, sample_rate=shape.sample_rate), shape.chunk_samples, max_frames)
