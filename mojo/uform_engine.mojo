@@ -1,14 +1,18 @@
-"""The extension module `uform._engine`: the Device type and every kernel's entry point.
+"""The extension module `uform._engine`: every Python entry point of the engine, in one place.
 
-Python passes buffers as integer addresses on a device (see python/uform/engine.py,
-which wraps numpy arrays and device allocations) and sizes as integers.
+Python passes buffers as integer addresses on a device (see python/uform/engine.py, which wraps
+numpy arrays and device allocations), sizes as integers and scalars as floats. Each kernel is
+registered here by one line that names its body and its `Interface` (the names of its operands);
+the module exports every interface as KERNEL_INTERFACES and the engine's other facts (op codes,
+chunk sizes, compiled head dimensions, form codes) as FACTS, which python/uform/kernels.py reads
+once. Kernel files under kernels/ hold only math and their launchers.
 """
 
 from std.os import abort
-from std.python import PythonObject
+from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
-from engine.device import Device, gpu_device_count
-from engine.launch import device_of, launch_from_python
+from engine.device import Device, F32Ptr, f32_at, gpu_device_count
+from engine.launch import Args, Interface, args_from_python, device_of, launch_index, launch_warps
 from engine.target import HAS_ACCELERATOR
 from kernels import adamw, attention, contrastive, embedding, gemm, norms, pointwise, rotary
 
@@ -63,6 +67,106 @@ def has_accelerator() raises -> PythonObject:
     return PythonObject(HAS_ACCELERATOR)
 
 
+def engine_facts() raises -> PythonObject:
+    """The constants Python needs, defined once in the kernels."""
+    var facts = Python.dict()
+    var ops = Python.list()
+    comptime for i in range(len(pointwise.UNARY_OPS)):
+        ops.append(PythonObject(pointwise.UNARY_OPS[i]))
+    facts["unary_ops"] = ops
+    var head_dims = Python.list()
+    comptime for i in range(len(attention.HEAD_DIMS)):
+        head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
+    facts["attention_head_dims"] = head_dims
+    facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
+    facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
+    facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
+    facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
+    return facts
+
+
+def interface_of(interface: Interface) raises -> PythonObject:
+    """An interface as Python sees it: [buffer names, size names, scalar names], each a str."""
+    var entry = Python.list()
+    entry.append(PythonObject(interface.buffers))
+    entry.append(PythonObject(interface.sizes))
+    entry.append(PythonObject(interface.scalars))
+    return entry
+
+
+# ---- kernel entry points: (device, n, addresses, sizes, scalars) --------------------------
+
+def index_kernel[body: def(Int, Args) thin -> None](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
+    launch_index[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
+def attention_kernel[body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """A warp kernel of attention, the variant compiled for the operands' head dimension."""
+    var args = args_from_python(addresses, sizes, scalars)
+    var head_dim = attention.Attention(args).head_dim
+    comptime for i in range(len(attention.HEAD_DIMS)):
+        comptime D = attention.HEAD_DIMS[i]
+        if head_dim == D:
+            launch_warps[D, body](device_of(device), Int(py=n), args)
+            return PythonObject(None)
+    raise Error("attention: head_dim ", head_dim, " is not compiled")
+
+
+def gemm_product(
+    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
+    M: PythonObject, N: PythonObject, K: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, partials: PythonObject,
+) raises -> PythonObject:
+    """C[M×N] (+)= op(A)·op(B) (see kernels/gemm.mojo); partials: the split-k workspace or 0."""
+    var dev = device_of(device)
+    var cp = f32_at(Int(py=c))
+    var ap = f32_at(Int(py=a))
+    var bp = f32_at(Int(py=b))
+    var work = f32_at(Int(py=partials))
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    var acc = Bool(py=accumulate)
+    var ta = Bool(py=transpose_a)
+    var tb = Bool(py=transpose_b)
+    if ta and tb:
+        raise Error("gemm: transposing both A and B is not supported")
+    if ta:
+        gemm.gemm_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
+    elif tb:
+        gemm.gemm_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
+    else:
+        gemm.gemm_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
+    return PythonObject(None)
+
+
+def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
+    """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
+    return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K)))
+
+
+def index[body: def(Int, Args) thin -> None](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register an index kernel under `name` with its interface."""
+    m.def_function[index_kernel[body]](name)
+    interfaces[name] = interface_of(interface)
+
+
+def warps[body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
+) raises:
+    """Register an attention warp kernel under `name` (every one reads the ATTENTION interface)."""
+    m.def_function[attention_kernel[body]](name)
+    interfaces[name] = interface_of(attention.ATTENTION)
+
+
 @export
 def PyInit__engine() abi("C") -> PythonObject:
     try:
@@ -81,36 +185,40 @@ def PyInit__engine() abi("C") -> PythonObject:
         )
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
-        m.def_function[gemm.gemm]("gemm")
-        m.def_function[gemm.gemm_chunks]("gemm_chunks")
-        m.def_function[launch_from_python[pointwise.unary_math]]("unary_math")
-        m.def_function[launch_from_python[pointwise.silu_backward]]("silu_backward")
-        m.def_function[launch_from_python[pointwise.add]]("add")
-        m.def_function[launch_from_python[pointwise.scale]]("scale")
-        m.def_function[launch_from_python[pointwise.fill]]("fill")
-        m.def_function[launch_from_python[norms.rmsnorm_forward]]("rmsnorm_forward")
-        m.def_function[launch_from_python[norms.rmsnorm_backward]]("rmsnorm_backward")
-        m.def_function[launch_from_python[norms.softmax_forward]]("softmax_forward")
-        m.def_function[launch_from_python[norms.softmax_backward]]("softmax_backward")
-        m.def_function[launch_from_python[norms.cross_entropy]]("cross_entropy")
-        m.def_function[launch_from_python[norms.column_partial_sums]]("column_partial_sums")
-        m.def_function[launch_from_python[norms.column_sums_finish]]("column_sums_finish")
-        m.def_function[attention.attention_forward]("attention_forward")
-        m.def_function[launch_from_python[attention.attention_backward_delta]]("attention_backward_delta")
-        m.def_function[attention.attention_backward_dq]("attention_backward_dq")
-        m.def_function[attention.attention_backward_dv]("attention_backward_dv")
-        m.def_function[attention.attention_backward_dk]("attention_backward_dk")
-        m.def_function[launch_from_python[rotary.rotary]]("rotary")
-        m.def_function[launch_from_python[embedding.embedding_forward]]("embedding_forward")
-        m.def_function[launch_from_python[embedding.embedding_backward]]("embedding_backward")
-        m.def_function[launch_from_python[adamw.adamw]]("adamw")
-        m.def_function[launch_from_python[contrastive.pool_forward]]("pool_forward")
-        m.def_function[launch_from_python[contrastive.pool_backward]]("pool_backward")
-        m.def_function[launch_from_python[contrastive.l2_normalize_forward]]("l2_normalize_forward")
-        m.def_function[launch_from_python[contrastive.l2_normalize_backward]]("l2_normalize_backward")
-        m.def_function[launch_from_python[contrastive.row_temperature]]("row_temperature")
-        m.def_function[launch_from_python[contrastive.pair_loss]]("pair_loss")
-        m.def_function[launch_from_python[contrastive.group_sums]]("group_sums")
-        return m.finalize()
+        m.def_function[gemm_product]("gemm")
+        m.def_function[gemm_chunks]("gemm_chunks")
+        var k = Python.dict()
+        index[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
+        index[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
+        index[pointwise.add](m, k, "add", pointwise.ADD)
+        index[pointwise.scale](m, k, "scale", pointwise.SCALE)
+        index[pointwise.fill](m, k, "fill", pointwise.FILL)
+        index[norms.rmsnorm_forward](m, k, "rmsnorm_forward", norms.RMSNORM_FORWARD)
+        index[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
+        index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
+        index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
+        index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
+        index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
+        index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
+        warps[attention.attention_forward](m, k, "attention_forward")
+        index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
+        warps[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        warps[attention.attention_backward_dv](m, k, "attention_backward_dv")
+        warps[attention.attention_backward_dk](m, k, "attention_backward_dk")
+        index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
+        index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
+        index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
+        index[adamw.adamw](m, k, "adamw", adamw.ADAMW)
+        index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
+        index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)
+        index[contrastive.l2_normalize_forward](m, k, "l2_normalize_forward", contrastive.L2_NORMALIZE_FORWARD)
+        index[contrastive.l2_normalize_backward](m, k, "l2_normalize_backward", contrastive.L2_NORMALIZE_BACKWARD)
+        index[contrastive.row_temperature](m, k, "row_temperature", contrastive.ROW_TEMPERATURE)
+        index[contrastive.pair_loss](m, k, "pair_loss", contrastive.PAIR_LOSS)
+        index[contrastive.group_sums](m, k, "group_sums", contrastive.GROUP_SUMS)
+        var module = m.finalize()
+        module.KERNEL_INTERFACES = k
+        module.FACTS = engine_facts()
+        return module
     except e:
         abort(String("failed to create module _engine: ", e))

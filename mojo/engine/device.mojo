@@ -12,9 +12,9 @@ from std.ffi import external_call
 from max.gpu.host import DeviceBuffer, DeviceContext
 from engine.target import HAS_ACCELERATOR
 
-comptime F32Ptr = Pointer[Float32, MutAnyOrigin]
-comptime I32Ptr = Pointer[Int32, MutAnyOrigin]
-comptime BytePtr = Pointer[UInt8, MutAnyOrigin]
+comptime F32Ptr = Pointer[Float32, MutUntrackedOrigin]  # plain addresses: the engine manages lifetimes itself
+comptime I32Ptr = Pointer[Int32, MutUntrackedOrigin]
+comptime BytePtr = Pointer[UInt8, MutUntrackedOrigin]
 
 
 def f32_at(address: Int) -> F32Ptr:

@@ -1,22 +1,32 @@
-"""The two launchers every kernel body runs under.
+"""The two launchers every kernel body runs under, and the operands they carry.
 
-A kernel is written once as a body over an index (a row, an element, a column)
-that reads its operands from `Args`: up to eight buffer addresses, four sizes
-and four float scalars. On the CPU, `cpu_parallel_for` hands contiguous index
-ranges to threads; on a GPU, `group_kernel` maps `global_idx.x` to the index.
-Both call the same body, so both compute the same bits. A warp kernel
-(attention) shares each index among the 32 lanes of a warp on the GPU, and
-plays the lanes itself on the CPU, in the same order (`launch_warps`).
+A kernel is written once as a body over an index (a row, an element, a column).
+Its operands travel in `Args`: numbered slots of addresses, sizes and float scalars,
+filled by the Python wrapper from the names its `Interface` lists (so no slot number
+is ever written in Python). The body's first lines unpack the slots into named,
+typed values in the same order as the interface; its math reads only those names.
+On the CPU, `cpu_parallel_for` hands contiguous index ranges to threads; on a GPU,
+`group_kernel` maps `global_idx.x` to the index. Both call the same body, so both
+compute the same bits. A warp kernel (attention) shares each index among the 32
+lanes of a warp on the GPU, and plays the 32 lanes itself on the CPU, in the same
+order (`launch_warps`): its body takes how many lanes one call plays as a
+compile-time parameter.
 """
 
 from std.sys import llvm_intrinsic, num_physical_cores
 from std.python import PythonObject
 from max.algorithm import parallelize
 from max.gpu import global_idx
-from engine.device import Device
+from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
 
 comptime GPU_BLOCK = 128
+comptime WARP = 32
+comptime ADDRESS_SLOTS = 12
+comptime SIZE_SLOTS = 4
+comptime SCALAR_SLOTS = 8
+
+comptime DevicePtr = Pointer[Device, MutAnyOrigin]
 
 
 def gpu_blocks(n: Int) -> Int:
@@ -24,38 +34,65 @@ def gpu_blocks(n: Int) -> Int:
 
 
 @fieldwise_init
-struct Args(ImplicitlyCopyable, Movable):
-    """A kernel's operands: addresses a0…a7, sizes n0…n3, scalars x0…x3."""
+struct Interface(ImplicitlyCopyable, Movable):
+    """The names of a kernel's operands, space-separated, in slot order: buffers (addresses), sizes
+    (integers and flags) and float scalars. The engine exports them; Python passes operands by name."""
 
-    var a0: Int
-    var a1: Int
-    var a2: Int
-    var a3: Int
-    var a4: Int
-    var a5: Int
-    var a6: Int
-    var a7: Int
-    var n0: Int
-    var n1: Int
-    var n2: Int
-    var n3: Int
-    var x0: Float32
-    var x1: Float32
-    var x2: Float32
-    var x3: Float32
+    var buffers: StaticString
+    var sizes: StaticString
+    var scalars: StaticString
+
+
+@fieldwise_init
+struct Args(ImplicitlyCopyable, Movable):
+    """A kernel's operands in slots: ADDRESS_SLOTS addresses, SIZE_SLOTS sizes, SCALAR_SLOTS scalars."""
+
+    var addresses: SIMD[DType.int64, 16]  # ADDRESS_SLOTS used (a SIMD width is a power of two)
+    var sizes: SIMD[DType.int64, SIZE_SLOTS]
+    var scalars: SIMD[DType.float32, SCALAR_SLOTS]
+
+    @staticmethod
+    def empty() -> Args:
+        """Every slot zero: fill the ones a kernel reads."""
+        return Args(SIMD[DType.int64, 16](0), SIMD[DType.int64, SIZE_SLOTS](0), SIMD[DType.float32, SCALAR_SLOTS](0))
+
+    @always_inline
+    def f32(self, slot: Int) -> F32Ptr:
+        """Buffer `slot` as float32 elements (a null pointer for an absent optional buffer)."""
+        return f32_at(Int(self.addresses[slot]))
+
+    @always_inline
+    def i32(self, slot: Int) -> I32Ptr:
+        return i32_at(Int(self.addresses[slot]))
+
+    @always_inline
+    def given(self, slot: Int) -> Bool:
+        """Whether optional buffer `slot` was passed."""
+        return self.addresses[slot] != 0
+
+    @always_inline
+    def size(self, slot: Int) -> Int:
+        return Int(self.sizes[slot])
+
+    @always_inline
+    def flag(self, slot: Int) -> Bool:
+        return self.sizes[slot] != 0
+
+    @always_inline
+    def scalar(self, slot: Int) -> Float32:
+        return self.scalars[slot]
 
 
 def args_from_python(addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> Args:
-    """Args from three Python sequences (missing entries are zero)."""
-    var a = List[Int]()
-    var n = List[Int]()
-    var x = List[Float32]()
-    for i in range(8):
-        a.append(Int(py=addresses[i]) if i < Int(py=len(addresses)) else 0)
-    for i in range(4):
-        n.append(Int(py=sizes[i]) if i < Int(py=len(sizes)) else 0)
-        x.append(Float32(py=scalars[i]) if i < Int(py=len(scalars)) else 0)
-    return Args(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], n[0], n[1], n[2], n[3], x[0], x[1], x[2], x[3])
+    """Args from three Python sequences (missing trailing entries are zero)."""
+    var args = Args.empty()
+    for i in range(min(ADDRESS_SLOTS, Int(py=len(addresses)))):
+        args.addresses[i] = Int64(Int(py=addresses[i]))
+    for i in range(min(SIZE_SLOTS, Int(py=len(sizes)))):
+        args.sizes[i] = Int64(Int(py=sizes[i]))
+    for i in range(min(SCALAR_SLOTS, Int(py=len(scalars)))):
+        args.scalars[i] = Float32(py=scalars[i])
+    return args
 
 
 def with_ieee_subnormals[Body: def(Int, Int) -> None](body: Body, begin: Int, end: Int):
@@ -90,46 +127,51 @@ def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
     parallelize(run, chunks)
 
 
-def device_of(py: PythonObject) raises -> Pointer[Device, MutAnyOrigin]:
+def device_of(py: PythonObject) raises -> DevicePtr:
     """The `Device` behind a Python `_engine.Device` object."""
     return py.downcast_value_ptr[Device]()
 
 
-comptime WARP = 32
-
-
 def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
     n: Int64,
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64, a6: Int64, a7: Int64,
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
     n0: Int64, n1: Int64, n2: Int64, n3: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
 ):
-    """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args)."""
+    """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args).
+    A kernel's arguments must be plain scalars, so the slots travel one by one."""
     var thread = Int(global_idx.x)
     var task = thread // lanes
     if task < Int(n):
-        body(
-            task,
-            thread % lanes,
-            Args(Int(a0), Int(a1), Int(a2), Int(a3), Int(a4), Int(a5), Int(a6), Int(a7),
-                 Int(n0), Int(n1), Int(n2), Int(n3), x0, x1, x2, x3),
-        )
+        var args = Args.empty()
+        var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+        comptime for i in range(ADDRESS_SLOTS):
+            args.addresses[i] = addresses[i]
+        var sizes = (n0, n1, n2, n3)
+        comptime for i in range(SIZE_SLOTS):
+            args.sizes[i] = sizes[i]
+        var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
+        comptime for i in range(SCALAR_SLOTS):
+            args.scalars[i] = scalars[i]
+        body(task, thread % lanes, args)
 
 
 def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
-    device: PythonObject, n: Int, args: Args
+    dev: DevicePtr, n: Int, args: Args
 ) raises:
     """Run every task in [0, n): on a GPU, `lanes` threads a task (gpu_body sees its lane); on the CPU,
     one task per call of cpu_body, which plays every lane itself."""
-    var dev = device_of(device)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
+            var a = args.addresses
+            var s = args.sizes
+            var x = args.scalars
             dev[].ctx().enqueue_function[group_kernel[lanes, gpu_body]](
                 Int64(n),
-                Int64(args.a0), Int64(args.a1), Int64(args.a2), Int64(args.a3),
-                Int64(args.a4), Int64(args.a5), Int64(args.a6), Int64(args.a7),
-                Int64(args.n0), Int64(args.n1), Int64(args.n2), Int64(args.n3),
-                args.x0, args.x1, args.x2, args.x3,
+                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                s[0], s[1], s[2], s[3],
+                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
                 grid_dim=gpu_blocks(n * lanes),
                 block_dim=GPU_BLOCK,
             )
@@ -147,19 +189,20 @@ def one_lane[body: def(Int, Args) thin -> None](task: Int, lane: Int, args: Args
     body(task, args)
 
 
-def launch_warps[gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
-    """A kernel whose task is shared by the 32 lanes of a GPU warp (gpu_body, with shuffles) and run by
-    one CPU task that plays the 32 lanes itself (cpu_body); both keep the same lane order."""
-    launch_grouped[WARP, gpu_body, cpu_body](device, Int(py=n), args_from_python(addresses, sizes, scalars))
-    return PythonObject(None)
+def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args: Args) raises:
+    """body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
+    launch_grouped[1, one_lane[body], body](dev, n, args)
 
 
-def launch_from_python[body: def(Int, Args) thin -> None](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
-    """The Python entry point shared by every index kernel: (device, n, addresses, sizes, scalars);
-    body(i, args) runs for every i in [0, n), one GPU thread or one CPU call each."""
-    launch_grouped[1, one_lane[body], body](device, Int(py=n), args_from_python(addresses, sizes, scalars))
-    return PythonObject(None)
+def all_lanes[D: Int, body: def[D: Int, played: Int](Int, Int, Args) thin -> None](task: Int, args: Args):
+    """A warp kernel's body on the CPU: one call plays the 32 lanes, as lane 0 of a group of 32."""
+    body[D, WARP](task, 0, args)
+
+
+def launch_warps[D: Int, body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
+    dev: DevicePtr, n: Int, args: Args
+) raises:
+    """A kernel whose task is shared by the 32 lanes of a warp, its body specialised for size D (attention:
+    the head dimension): on a GPU each thread plays its own lane (body[D, 1], folding lanes with shuffles);
+    on the CPU one call plays all 32 (body[D, 32])."""
+    launch_grouped[WARP, body[D, 1], all_lanes[D, body]](dev, n, args)

@@ -7,27 +7,35 @@
 
 The scalars (1 − β1, 1 − β2, 1 − lr·λ, lr/c1, √c2) are computed once on the host
 in float64 and rounded to float32, so every device reads the same bits.
-a0 = p, a1 = g, a2 = m, a3 = v; x0 = β1, x1 = β2, x2 = 1 − lr·λ, x3 = lr/c1;
-n0…n3 = the float32 bits of √c2, ε, 1 − β1 and 1 − β2.
 """
 
-from engine.device import f32_at
-from engine.launch import Args
-from engine.numerics import from_bits, sqrt_rn
+from engine.launch import Args, Interface
+from engine.numerics import sqrt_rn
+
+comptime ADAMW = Interface(
+    "params grads m v", "",
+    "beta1 beta2 one_minus_beta1 one_minus_beta2 decay step_size sqrt_c2 eps",
+)
 
 
 def adamw(i: Int, args: Args):
-    var p = f32_at(args.a0)
-    var g = f32_at(args.a1).unsafe_load(i)
-    var m = f32_at(args.a2)
-    var v = f32_at(args.a3)
-    var beta1 = args.x0
-    var beta2 = args.x1
-    var sqrt_c2 = from_bits(UInt32(args.n0))
-    var eps = from_bits(UInt32(args.n1))
-    var m_new = beta1 * m.unsafe_load(i) + from_bits(UInt32(args.n2)) * g
-    var v_new = beta2 * v.unsafe_load(i) + from_bits(UInt32(args.n3)) * (g * g)
+    var params = args.f32(0)
+    var grads = args.f32(1)
+    var m = args.f32(2)
+    var v = args.f32(3)
+    var beta1 = args.scalar(0)
+    var beta2 = args.scalar(1)
+    var one_minus_beta1 = args.scalar(2)
+    var one_minus_beta2 = args.scalar(3)
+    var decay = args.scalar(4)        # 1 − lr·λ
+    var step_size = args.scalar(5)    # lr / c1
+    var sqrt_c2 = args.scalar(6)
+    var eps = args.scalar(7)
+
+    var g = grads.unsafe_load(i)
+    var m_new = beta1 * m.unsafe_load(i) + one_minus_beta1 * g
+    var v_new = beta2 * v.unsafe_load(i) + one_minus_beta2 * (g * g)
     m.unsafe_store(i, m_new)
     v.unsafe_store(i, v_new)
-    var decayed = p.unsafe_load(i) * args.x2
-    p.unsafe_store(i, decayed - args.x3 * (m_new / (sqrt_rn(v_new) / sqrt_c2 + eps)))
+    var decayed = params.unsafe_load(i) * decay
+    params.unsafe_store(i, decayed - step_size * (m_new / (sqrt_rn(v_new) / sqrt_c2 + eps)))

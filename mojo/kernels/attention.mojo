@@ -15,25 +15,108 @@ The canonical order. Every dot product is an fma chain over d. The terms of ever
 (or over the (head, query) pairs of a key) are dealt to 32 lanes in turn — term e to lane e mod
 32 — each lane keeps its own sum in ascending order (for the softmax, an online softmax: a running
 maximum m, a running Σe^(s−m) and output, rescaled when m grows), and the lanes are folded by
-halves (lane l takes lane l+16, then l+8, +4, +2, +1). On a GPU the 32 lanes are a warp's threads
-and the folds are shuffles; on the CPU one task plays the 32 lanes, computing 8 lanes' dot
+halves (lane l takes lane l+16, then l+8, +4, +2, +1). Each kernel is one body over the lanes a
+call plays, a compile-time parameter: on a GPU a thread plays its own lane of a warp (`played` = 1)
+and the folds are shuffles; on the CPU one call plays all 32 (`played` = 32), computing 8 lanes' dot
 products at once in SIMD. Both round the same operations in the same order.
-Operands: n0 = T (unused), n1 = Hq, n2 = Hkv, n3 = D; x0 = scale, x1 = 1 if causal.
+Every attention kernel reads the one interface ATTENTION, by the names of `Attention`.
 """
 
 from std.collections import Array
 from std.math import fma
-from std.python import PythonObject
 from max.gpu.primitives.warp import shuffle_down
-from engine.device import F32Ptr, f32_at, i32_at
-from engine.launch import Args, WARP, launch_warps, launch_from_python
+from engine.device import F32Ptr, I32Ptr
+from engine.launch import Args, Interface, WARP
 from engine import numerics
 
-comptime HEAD_DIMS = (8, 16, 32, 64, 128)
+comptime HEAD_DIMS = (8, 16, 32, 64, 128)  # compiled head dimensions (exported to Python)
 comptime CPU_KEYS = 8  # keys whose dot products one CPU SIMD pass computes
+
+comptime ATTENTION = Interface("o lse q k v spans d_out delta dq dk dv", "heads kv_heads head_dim causal", "scale")
+
+
+struct Attention(ImplicitlyCopyable, Movable):
+    """The operands of the attention kernels, by name. Rows: q, o, d_out, dq [N, Hq·D]; k, v, dk, dv
+    [N, Hkv·D]; lse and delta [N, Hq]; spans int32 [N, 2]. The forward reads o, lse, q, k, v, spans;
+    the backward also d_out, delta and the gradient it writes."""
+
+    var o: F32Ptr
+    var lse: F32Ptr
+    var q: F32Ptr
+    var k: F32Ptr
+    var v: F32Ptr
+    var spans: I32Ptr
+    var d_out: F32Ptr
+    var delta: F32Ptr
+    var dq: F32Ptr
+    var dk: F32Ptr
+    var dv: F32Ptr
+    var heads: Int
+    var kv_heads: Int
+    var head_dim: Int
+    var causal: Bool
+    var scale: Float32
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.o = args.f32(0)
+        self.lse = args.f32(1)
+        self.q = args.f32(2)
+        self.k = args.f32(3)
+        self.v = args.f32(4)
+        self.spans = args.i32(5)
+        self.d_out = args.f32(6)
+        self.delta = args.f32(7)
+        self.dq = args.f32(8)
+        self.dk = args.f32(9)
+        self.dv = args.f32(10)
+        self.heads = args.size(0)
+        self.kv_heads = args.size(1)
+        self.head_dim = args.size(2)
+        self.causal = args.flag(3)
+        self.scale = args.scalar(0)
+
+    @always_inline
+    def kv_head(self, task: Int) -> Int:
+        """The key/value head that (token, query head) task reads."""
+        return (task % self.heads) * self.kv_heads // self.heads
+
+    @always_inline
+    def kv_row(self, token: Int, kv: Int) -> Int:
+        """The element offset of a token's key (or value) vector of head kv."""
+        return (token * self.kv_heads + kv) * self.head_dim
+
+    @always_inline
+    def query_keys(self, token: Int) -> Tuple[Int, Int]:
+        """The keys [begin, end) query token sees."""
+        var begin = Int(self.spans.unsafe_load(2 * token))
+        var end = Int(self.spans.unsafe_load(2 * token + 1))
+        return (begin, min(end, token + 1) if self.causal else end)
+
+    @always_inline
+    def key_pairs(self, task: Int) -> Tuple[Int, Int, Int]:
+        """(first query, queries, pairs) of (key token, kv head) task: the queries that see the key,
+        times the query heads of its group."""
+        var token = task // self.kv_heads
+        var begin = Int(self.spans.unsafe_load(2 * token))
+        var end = Int(self.spans.unsafe_load(2 * token + 1))
+        var first = max(begin, token) if self.causal and begin < end else begin
+        return (first, end - first, (end - first) * (self.heads // self.kv_heads))
+
+    @always_inline
+    def pair_row(self, task: Int, e: Int, first: Int, count: Int) -> Int:
+        """The (query token, head) row of pair e = head_in_group·count + query of key task."""
+        var group = self.heads // self.kv_heads
+        var kv = task % self.kv_heads
+        return (first + e % count) * self.heads + kv * group + e // count
 
 
 # ---- shared arithmetic -------------------------------------------------------------------------------
+
+@always_inline
+def load_row[D: Int](row: F32Ptr) -> SIMD[DType.float32, D]:
+    return row.unsafe_load[width=D, alignment=16](0)
+
 
 @always_inline
 def dot(a: F32Ptr, b: F32Ptr, D: Int) -> Float32:
@@ -44,35 +127,25 @@ def dot(a: F32Ptr, b: F32Ptr, D: Int) -> Float32:
 
 
 @always_inline
-def dot_with_row[D: Int](a: SIMD[DType.float32, D], b: F32Ptr) -> Float32:
-    """a·b as one fma chain over d, with `a` in registers and b read 16 bytes at a time."""
-    var acc = Float32(0)
-    comptime for c in range(D // 4):
-        var chunk = b.unsafe_load[width=4, alignment=16](4 * c)
-        comptime for i in range(4):
-            acc = fma(a[4 * c + i], chunk[i], acc)
-    return acc
-
-
-@always_inline
-def dot_of_rows[D: Int](a: SIMD[DType.int64, CPU_KEYS], b: F32Ptr, count: Int) -> SIMD[DType.float32, CPU_KEYS]:
-    """`count` (≤ 8) dot products of the rows at addresses a[i] with b, each an fma chain over d, in SIMD."""
-    var acc = SIMD[DType.float32, CPU_KEYS](0)
-    for d in range(D):
-        var column = SIMD[DType.float32, CPU_KEYS](0)
-        for i in range(count):
-            column[i] = f32_at(Int(a[i])).unsafe_load(d)
-        acc = column.fma(SIMD[DType.float32, CPU_KEYS](b.unsafe_load(d)), acc)
-    return acc
-
-
-@always_inline
-def shuffle_down_lanes[D: Int](v: SIMD[DType.float32, D], offset: Int) -> SIMD[DType.float32, D]:
-    """The vector of lane + offset (a warp shuffles one 32-bit value at a time)."""
-    var out = SIMD[DType.float32, D](0)
-    comptime for i in range(D):
-        out[i] = shuffle_down(v[i], UInt32(offset))
-    return out
+def dots[D: Int, G: Int](a: SIMD[DType.float32, D], base: F32Ptr, rows: SIMD[DType.int64, G], count: Int) -> SIMD[DType.float32, G]:
+    """a·row for the `count` (≤ G) rows at element offsets `rows` of base, each one fma chain over d.
+    One row (a GPU lane): the row read 16 bytes at a time; several (the CPU): G chains side by side in SIMD."""
+    comptime if G == 1:
+        var row = base.unsafe_offset(Int(rows[0]))
+        var acc = Float32(0)
+        comptime for c in range(D // 4):
+            var chunk = row.unsafe_load[width=4, alignment=16](4 * c)
+            comptime for i in range(4):
+                acc = fma(a[4 * c + i], chunk[i], acc)
+        return SIMD[DType.float32, G](acc)
+    else:
+        var acc = SIMD[DType.float32, G](0)
+        for d in range(D):
+            var column = SIMD[DType.float32, G](0)
+            for i in range(count):
+                column[i] = base.unsafe_load(Int(rows[i]) + d)
+            acc = column.fma(SIMD[DType.float32, G](a[d]), acc)
+        return acc
 
 
 @always_inline
@@ -98,303 +171,193 @@ def merge_scales(ma: Float32, mb: Float32) -> Tuple[Float32, Float32, Float32]:
 
 
 @always_inline
-def query_keys(spans: Int, token: Int, causal: Bool) -> Tuple[Int, Int]:
-    var begin = Int(i32_at(spans).unsafe_load(2 * token))
-    var end = Int(i32_at(spans).unsafe_load(2 * token + 1))
-    return (begin, min(end, token + 1) if causal else end)
+def shuffle_down_lanes[D: Int](v: SIMD[DType.float32, D], offset: Int) -> SIMD[DType.float32, D]:
+    """The vector of lane + offset (a warp shuffles one 32-bit value at a time)."""
+    var out = SIMD[DType.float32, D](0)
+    comptime for i in range(D):
+        out[i] = shuffle_down(v[i], UInt32(offset))
+    return out
+
+
+# ---- the lanes: terms dealt in turn, then folded by halves ------------------------------------------
+
+@always_inline
+def group_width[played: Int]() -> Int:
+    """How many lanes' dot products one pass computes: 1 on a GPU thread, CPU_KEYS on the CPU."""
+    return 1 if played == 1 else CPU_KEYS
 
 
 @always_inline
-def key_queries(spans: Int, token: Int, causal: Bool) -> Tuple[Int, Int]:
-    var begin = Int(i32_at(spans).unsafe_load(2 * token))
-    var end = Int(i32_at(spans).unsafe_load(2 * token + 1))
-    return (max(begin, token) if causal and begin < end else begin, end)
-
-
-# ---- forward: a0 = o [N,Hq·D], a1 = lse [N,Hq], a2 = q, a3 = k, a4 = v, a5 = spans ---------------------
-
-def forward_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var Hq = args.n1
-    var Hkv = args.n2
-    var token = task // Hq
-    var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var keys = query_keys(args.a5, token, args.x1 != 0)
-    var m = -numerics.INF
-    var l = Float32(0)
-    var acc = SIMD[DType.float32, D](0)
-    var j = keys[0] + lane
-    while j < keys[1]:
-        var cp = online_step(m, l, dot_with_row[D](q, f32_at(args.a3 + (j * Hkv + kv) * D * 4)) * args.x0)
-        acc = SIMD[DType.float32, D](cp[1]).fma(f32_at(args.a4 + (j * Hkv + kv) * D * 4).unsafe_load[width=D, alignment=16](0),
-                                                acc * cp[0])
-        j += WARP
+def fold_softmax[D: Int, played: Int](
+    mut m: Array[Float32, played], mut l: Array[Float32, played], mut acc: Array[SIMD[DType.float32, D], played]
+):
+    """Merge the lanes' (max, Σ, output) states by halves into lane 0."""
     comptime for step in range(5):
         comptime offset = 16 >> step
-        var m_other = shuffle_down(m, UInt32(offset))
-        var l_other = shuffle_down(l, UInt32(offset))
-        var acc_other = shuffle_down_lanes[D](acc, offset)
-        var scales = merge_scales(m, m_other)
-        l = l * scales[1] + l_other * scales[2]
-        acc = acc_other.fma(SIMD[DType.float32, D](scales[2]), acc * scales[1])
-        m = scales[0]
-    if lane == 0:
-        var o = f32_at(args.a0 + task * D * 4)
-        if l > 0:
-            o.unsafe_store[width=D, alignment=16](0, acc / l)
+        comptime if played == 1:
+            var scales = merge_scales(m[0], shuffle_down(m[0], UInt32(offset)))
+            var l_other = shuffle_down(l[0], UInt32(offset))
+            var acc_other = shuffle_down_lanes[D](acc[0], offset)
+            l[0] = l[0] * scales[1] + l_other * scales[2]
+            acc[0] = acc_other.fma(SIMD[DType.float32, D](scales[2]), acc[0] * scales[1])
+            m[0] = scales[0]
         else:
-            o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
-        f32_at(args.a1).unsafe_store(task, m + numerics.log(l) if l > 0 else Float32(0))
-
-
-def forward_cpu[D: Int](task: Int, args: Args):
-    var Hq = args.n1
-    var Hkv = args.n2
-    var token = task // Hq
-    var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4)
-    var keys = query_keys(args.a5, token, args.x1 != 0)
-    var m = Array[Float32, WARP](fill=-numerics.INF)
-    var l = Array[Float32, WARP](fill=0)
-    var acc = Array[SIMD[DType.float32, D], WARP](fill=SIMD[DType.float32, D](0))
-    var base = keys[0]
-    while base < keys[1]:
-        var count = min(CPU_KEYS, keys[1] - base)
-        var rows = SIMD[DType.int64, CPU_KEYS](0)
-        for i in range(count):
-            rows[i] = Int64(args.a3 + ((base + i) * Hkv + kv) * D * 4)
-        var scores = dot_of_rows[D](rows, q, count)
-        for i in range(count):
-            var lane = (base + i - keys[0]) % WARP
-            var ml = m[lane]
-            var ll = l[lane]
-            var cp = online_step(ml, ll, scores[i] * args.x0)
-            m[lane] = ml
-            l[lane] = ll
-            acc[lane] = SIMD[DType.float32, D](cp[1]).fma(
-                f32_at(args.a4 + ((base + i) * Hkv + kv) * D * 4).unsafe_load[width=D, alignment=16](0), acc[lane] * cp[0])
-        base += CPU_KEYS
-    comptime for step in range(5):
-        comptime offset = 16 >> step
-        for lane in range(offset):
-            var scales = merge_scales(m[lane], m[lane + offset])
-            l[lane] = l[lane] * scales[1] + l[lane + offset] * scales[2]
-            acc[lane] = acc[lane + offset].fma(SIMD[DType.float32, D](scales[2]), acc[lane] * scales[1])
-            m[lane] = scales[0]
-    var o = f32_at(args.a0 + task * D * 4)
-    if l[0] > 0:
-        o.unsafe_store[width=D, alignment=16](0, acc[0] / l[0])
-    else:
-        o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
-    f32_at(args.a1).unsafe_store(task, m[0] + numerics.log(l[0]) if l[0] > 0 else Float32(0))
-
-
-# ---- backward ----------------------------------------------------------------------------------------
-
-def attention_backward_delta(task: Int, args: Args):
-    """δ = dO·o per (token, head): a0 = delta [N,Hq], a1 = dO, a2 = o; n3 = D."""
-    var D = args.n3
-    f32_at(args.a0).unsafe_store(task, dot(f32_at(args.a1 + task * D * 4), f32_at(args.a2 + task * D * 4), D))
+            for lane in range(offset):
+                var scales = merge_scales(m[lane], m[lane + offset])
+                l[lane] = l[lane] * scales[1] + l[lane + offset] * scales[2]
+                acc[lane] = acc[lane + offset].fma(SIMD[DType.float32, D](scales[2]), acc[lane] * scales[1])
+                m[lane] = scales[0]
 
 
 @always_inline
-def fold_sums_gpu[D: Int](acc: SIMD[DType.float32, D]) -> SIMD[DType.float32, D]:
-    var total = acc
-    comptime for step in range(5):
-        total = total + shuffle_down_lanes[D](total, 16 >> step)
-    return total
-
-
-@always_inline
-def fold_sums_cpu[D: Int](mut acc: Array[SIMD[DType.float32, D], WARP]) -> SIMD[DType.float32, D]:
+def fold_sums[D: Int, played: Int](mut acc: Array[SIMD[DType.float32, D], played]) -> SIMD[DType.float32, D]:
+    """Σ of the lanes' partial sums, folded by halves (lane 0 holds it)."""
     comptime for step in range(5):
         comptime offset = 16 >> step
-        for lane in range(offset):
-            acc[lane] = acc[lane] + acc[lane + offset]
+        comptime if played == 1:
+            acc[0] = acc[0] + shuffle_down_lanes[D](acc[0], offset)
+        else:
+            for lane in range(offset):
+                acc[lane] = acc[lane] + acc[lane + offset]
     return acc[0]
 
 
-# dq, per (query token, head): a0 = dq, a1 = dO, a2 = q, a3 = k, a4 = v, a5 = spans, a6 = lse, a7 = delta
+# ---- forward: o and lse per (query token, head) ------------------------------------------------------
 
-@always_inline
-def dq_term(args: Args, task: Int, score: Float32, dp: Float32) -> Float32:
-    """ds = p·(dp − δ) with p = e^(s − L)."""
-    var p = numerics.exp(score * args.x0 - f32_at(args.a6).unsafe_load(task))
-    return p * (dp - f32_at(args.a7).unsafe_load(task))
-
-
-def dq_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var Hq = args.n1
-    var Hkv = args.n2
-    var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var d_out = f32_at(args.a1 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var keys = query_keys(args.a5, task // Hq, args.x1 != 0)
-    var acc = SIMD[DType.float32, D](0)
-    var j = keys[0] + lane
-    while j < keys[1]:
-        var k = f32_at(args.a3 + (j * Hkv + kv) * D * 4)
-        var ds = dq_term(args, task, dot_with_row[D](q, k), dot_with_row[D](d_out, f32_at(args.a4 + (j * Hkv + kv) * D * 4)))
-        acc = SIMD[DType.float32, D](ds).fma(k.unsafe_load[width=D, alignment=16](0), acc)
-        j += WARP
-    acc = fold_sums_gpu[D](acc)
+def attention_forward[D: Int, played: Int](task: Int, lane: Int, args: Args):
+    var at = Attention(args)
+    comptime G = group_width[played]()
+    var kv = at.kv_head(task)
+    var q = load_row[D](at.q.unsafe_offset(task * D))
+    var keys = at.query_keys(task // at.heads)
+    var m = Array[Float32, played](fill=-numerics.INF)
+    var l = Array[Float32, played](fill=0)
+    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
+    var round = keys[0]
+    while round < keys[1]:
+        comptime for g in range(played // G):
+            var first = round + lane + g * G
+            var count = min(G, keys[1] - first)
+            if count > 0:
+                var rows = SIMD[DType.int64, G](0)
+                for i in range(count):
+                    rows[i] = Int64(at.kv_row(first + i, kv))
+                var scores = dots[D, G](q, at.k, rows, count)
+                for i in range(count):
+                    var slot = g * G + i
+                    var m_lane = m[slot]
+                    var l_lane = l[slot]
+                    var cp = online_step(m_lane, l_lane, scores[i] * at.scale)
+                    m[slot] = m_lane
+                    l[slot] = l_lane
+                    acc[slot] = SIMD[DType.float32, D](cp[1]).fma(
+                        load_row[D](at.v.unsafe_offset(Int(rows[i]))), acc[slot] * cp[0])
+        round += WARP
+    fold_softmax[D, played](m, l, acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc * args.x0)
+        var o = at.o.unsafe_offset(task * D)
+        if l[0] > 0:
+            o.unsafe_store[width=D, alignment=16](0, acc[0] / l[0])
+        else:
+            o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
+        at.lse.unsafe_store(task, m[0] + numerics.log(l[0]) if l[0] > 0 else Float32(0))
 
 
-def dq_cpu[D: Int](task: Int, args: Args):
-    var Hq = args.n1
-    var Hkv = args.n2
-    var kv = (task % Hq) * Hkv // Hq
-    var q = f32_at(args.a2 + task * D * 4)
-    var d_out = f32_at(args.a1 + task * D * 4)
-    var keys = query_keys(args.a5, task // Hq, args.x1 != 0)
-    var acc = Array[SIMD[DType.float32, D], WARP](fill=SIMD[DType.float32, D](0))
-    var base = keys[0]
-    while base < keys[1]:
-        var count = min(CPU_KEYS, keys[1] - base)
-        var k_rows = SIMD[DType.int64, CPU_KEYS](0)
-        var v_rows = SIMD[DType.int64, CPU_KEYS](0)
-        for i in range(count):
-            k_rows[i] = Int64(args.a3 + ((base + i) * Hkv + kv) * D * 4)
-            v_rows[i] = Int64(args.a4 + ((base + i) * Hkv + kv) * D * 4)
-        var scores = dot_of_rows[D](k_rows, q, count)
-        var dps = dot_of_rows[D](v_rows, d_out, count)
-        for i in range(count):
-            var lane = (base + i - keys[0]) % WARP
-            var ds = dq_term(args, task, scores[i], dps[i])
-            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(k_rows[i])).unsafe_load[width=D, alignment=16](0), acc[lane])
-        base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc) * args.x0)
+# ---- backward -----------------------------------------------------------------------------------------
+
+def attention_backward_delta(task: Int, args: Args):
+    """δ = dO·o per (token, head)."""
+    var at = Attention(args)
+    var D = at.head_dim
+    at.delta.unsafe_store(task, dot(at.d_out.unsafe_offset(task * D), at.o.unsafe_offset(task * D), D))
 
 
-# dk and dv, per (key token, kv head), over the (head of the group, query) pairs e = head·nq + query:
-# dv: a0 = dv, a1 = dO, a2 = q, a3 = k, a4 = lse, a5 = spans
-# dk: a0 = dk, a1 = dO, a2 = q, a3 = k, a4 = v, a5 = lse, a6 = delta, a7 = spans
-
-@always_inline
-def pair_row(args: Args, task: Int, e: Int, first: Int, count: Int) -> Int:
-    """The (query token, head) row of pair e of key task's (head, query) pairs."""
-    var group = args.n1 // args.n2
-    var kv = task % args.n2
-    return (first + e % count) * args.n1 + kv * group + e // count
-
-
-@always_inline
-def kv_pairs(args: Args, task: Int, spans: Int) -> Tuple[Int, Int, Int]:
-    """(first query, queries, pairs) of key task."""
-    var queries = key_queries(spans, task // args.n2, args.x1 != 0)
-    var count = queries[1] - queries[0]
-    return (queries[0], count, count * (args.n1 // args.n2))
-
-
-@always_inline
-def dk_term(args: Args, row: Int, score: Float32, dp: Float32) -> Float32:
-    var p = numerics.exp(score * args.x0 - f32_at(args.a5).unsafe_load(row))
-    return p * (dp - f32_at(args.a6).unsafe_load(row))
-
-
-def dv_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var pairs = kv_pairs(args, task, args.a5)
-    var acc = SIMD[DType.float32, D](0)
-    var e = lane
-    while e < pairs[2]:
-        var row = pair_row(args, task, e, pairs[0], pairs[1])
-        var p = numerics.exp(dot_with_row[D](k, f32_at(args.a2 + row * D * 4)) * args.x0 - f32_at(args.a4).unsafe_load(row))
-        acc = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D, alignment=16](0), acc)
-        e += WARP
-    acc = fold_sums_gpu[D](acc)
+def attention_backward_dq[D: Int, played: Int](task: Int, lane: Int, args: Args):
+    """dq per (query token, head): scale·Σ_j ds_j k_j over the keys it sees."""
+    var at = Attention(args)
+    comptime G = group_width[played]()
+    var kv = at.kv_head(task)
+    var q = load_row[D](at.q.unsafe_offset(task * D))
+    var d_out = load_row[D](at.d_out.unsafe_offset(task * D))
+    var lse = at.lse.unsafe_load(task)
+    var delta = at.delta.unsafe_load(task)
+    var keys = at.query_keys(task // at.heads)
+    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
+    var round = keys[0]
+    while round < keys[1]:
+        comptime for g in range(played // G):
+            var first = round + lane + g * G
+            var count = min(G, keys[1] - first)
+            if count > 0:
+                var rows = SIMD[DType.int64, G](0)
+                for i in range(count):
+                    rows[i] = Int64(at.kv_row(first + i, kv))
+                var scores = dots[D, G](q, at.k, rows, count)
+                var dps = dots[D, G](d_out, at.v, rows, count)
+                for i in range(count):
+                    var ds = numerics.exp(scores[i] * at.scale - lse) * (dps[i] - delta)
+                    acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
+                        load_row[D](at.k.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+        round += WARP
+    var total = fold_sums[D, played](acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc)
+        at.dq.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total * at.scale)
 
 
-def dv_cpu[D: Int](task: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4)
-    var pairs = kv_pairs(args, task, args.a5)
-    var acc = Array[SIMD[DType.float32, D], WARP](fill=SIMD[DType.float32, D](0))
-    var base = 0
-    while base < pairs[2]:
-        var count = min(CPU_KEYS, pairs[2] - base)
-        var q_rows = SIMD[DType.int64, CPU_KEYS](0)
-        for i in range(count):
-            q_rows[i] = Int64(args.a2 + pair_row(args, task, base + i, pairs[0], pairs[1]) * D * 4)
-        var scores = dot_of_rows[D](q_rows, k, count)
-        for i in range(count):
-            var row = pair_row(args, task, base + i, pairs[0], pairs[1])
-            var p = numerics.exp(scores[i] * args.x0 - f32_at(args.a4).unsafe_load(row))
-            var lane = (base + i) % WARP
-            acc[lane] = SIMD[DType.float32, D](p).fma(f32_at(args.a1 + row * D * 4).unsafe_load[width=D, alignment=16](0), acc[lane])
-        base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc))
-
-
-def dk_gpu[D: Int](task: Int, lane: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var v = f32_at(args.a4 + task * D * 4).unsafe_load[width=D, alignment=16](0)
-    var pairs = kv_pairs(args, task, args.a7)
-    var acc = SIMD[DType.float32, D](0)
-    var e = lane
-    while e < pairs[2]:
-        var row = pair_row(args, task, e, pairs[0], pairs[1])
-        var q = f32_at(args.a2 + row * D * 4)
-        var ds = dk_term(args, row, dot_with_row[D](k, q), dot_with_row[D](v, f32_at(args.a1 + row * D * 4)))
-        acc = SIMD[DType.float32, D](ds).fma(q.unsafe_load[width=D, alignment=16](0), acc)
-        e += WARP
-    acc = fold_sums_gpu[D](acc)
+def attention_backward_dv[D: Int, played: Int](task: Int, lane: Int, args: Args):
+    """dv per (key token, kv head): Σ over the (head, query) pairs that see it of p·dO."""
+    var at = Attention(args)
+    comptime G = group_width[played]()
+    var k = load_row[D](at.k.unsafe_offset(task * D))
+    var pairs = at.key_pairs(task)
+    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
+    var round = 0
+    while round < pairs[2]:
+        comptime for g in range(played // G):
+            var first = round + lane + g * G
+            var count = min(G, pairs[2] - first)
+            if count > 0:
+                var rows = SIMD[DType.int64, G](0)
+                for i in range(count):
+                    rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                var scores = dots[D, G](k, at.q, rows, count)
+                for i in range(count):
+                    var row = Int(rows[i]) // D
+                    var p = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row))
+                    acc[g * G + i] = SIMD[DType.float32, D](p).fma(
+                        load_row[D](at.d_out.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+        round += WARP
+    var total = fold_sums[D, played](acc)
     if lane == 0:
-        f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, acc * args.x0)
+        at.dv.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total)
 
 
-def dk_cpu[D: Int](task: Int, args: Args):
-    var k = f32_at(args.a3 + task * D * 4)
-    var v = f32_at(args.a4 + task * D * 4)
-    var pairs = kv_pairs(args, task, args.a7)
-    var acc = Array[SIMD[DType.float32, D], WARP](fill=SIMD[DType.float32, D](0))
-    var base = 0
-    while base < pairs[2]:
-        var count = min(CPU_KEYS, pairs[2] - base)
-        var q_rows = SIMD[DType.int64, CPU_KEYS](0)
-        var o_rows = SIMD[DType.int64, CPU_KEYS](0)
-        for i in range(count):
-            var row = pair_row(args, task, base + i, pairs[0], pairs[1])
-            q_rows[i] = Int64(args.a2 + row * D * 4)
-            o_rows[i] = Int64(args.a1 + row * D * 4)
-        var scores = dot_of_rows[D](q_rows, k, count)
-        var dps = dot_of_rows[D](o_rows, v, count)
-        for i in range(count):
-            var row = pair_row(args, task, base + i, pairs[0], pairs[1])
-            var ds = dk_term(args, row, scores[i], dps[i])
-            var lane = (base + i) % WARP
-            acc[lane] = SIMD[DType.float32, D](ds).fma(f32_at(Int(q_rows[i])).unsafe_load[width=D, alignment=16](0), acc[lane])
-        base += CPU_KEYS
-    f32_at(args.a0 + task * D * 4).unsafe_store[width=D, alignment=16](0, fold_sums_cpu[D](acc) * args.x0)
-
-
-# ---- Python entry points: pick the kernels compiled for the head dimension --------------------------
-
-def by_head_dim[
-    gpu_body: def[D: Int](Int, Int, Args) thin -> None, cpu_body: def[D: Int](Int, Args) thin -> None
-](device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> PythonObject:
-    var D = Int(py=sizes[3])
-    comptime for i in range(len(HEAD_DIMS)):
-        comptime head_dim = HEAD_DIMS[i]
-        if D == head_dim:
-            return launch_warps[gpu_body[head_dim], cpu_body[head_dim]](device, n, addresses, sizes, scalars)
-    raise Error("attention: head_dim ", D, " is not compiled; use one of 8, 16, 32, 64, 128")
-
-
-def attention_forward(device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> PythonObject:
-    return by_head_dim[forward_gpu, forward_cpu](device, n, addresses, sizes, scalars)
-
-
-def attention_backward_dq(device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> PythonObject:
-    return by_head_dim[dq_gpu, dq_cpu](device, n, addresses, sizes, scalars)
-
-
-def attention_backward_dv(device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> PythonObject:
-    return by_head_dim[dv_gpu, dv_cpu](device, n, addresses, sizes, scalars)
-
-
-def attention_backward_dk(device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject) raises -> PythonObject:
-    return by_head_dim[dk_gpu, dk_cpu](device, n, addresses, sizes, scalars)
+def attention_backward_dk[D: Int, played: Int](task: Int, lane: Int, args: Args):
+    """dk per (key token, kv head): scale·Σ over the (head, query) pairs that see it of ds·q."""
+    var at = Attention(args)
+    comptime G = group_width[played]()
+    var k = load_row[D](at.k.unsafe_offset(task * D))
+    var v = load_row[D](at.v.unsafe_offset(task * D))
+    var pairs = at.key_pairs(task)
+    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
+    var round = 0
+    while round < pairs[2]:
+        comptime for g in range(played // G):
+            var first = round + lane + g * G
+            var count = min(G, pairs[2] - first)
+            if count > 0:
+                var rows = SIMD[DType.int64, G](0)
+                for i in range(count):
+                    rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                var scores = dots[D, G](k, at.q, rows, count)
+                var dps = dots[D, G](v, at.d_out, rows, count)
+                for i in range(count):
+                    var row = Int(rows[i]) // D
+                    var ds = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row)) * (
+                        dps[i] - at.delta.unsafe_load(row))
+                    acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
+                        load_row[D](at.q.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+        round += WARP
+    var total = fold_sums[D, played](acc)
+    if lane == 0:
+        at.dk.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total * at.scale)

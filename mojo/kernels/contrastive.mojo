@@ -8,72 +8,93 @@ Scores and pair losses, one body per anchor row i, with t_i = e^{log_scale[g_i]}
     z_ij = t_i·cos_ij + b_i
     weighted sigmoid (SIGMOID, BALANCED; the host folds each form's normalisation into w):
         loss_i = Σ_j w_ij·softplus(−s_ij·z_ij)              dz_ij = −s_ij·w_ij·σ(−s_ij·z_ij)
-    ranked (every positive p over every negative n of the row, normalised by x0):
-        loss_i = x0·Σ_p Σ_n w_ip·w_in·softplus(z_in − z_ip)  dz_in += x0·w·w·σ(z_in − z_ip), dz_ip −= the same
-    dcos_ij = x1·dz_ij·t_i    dlog_scale_i = x1·Σ_j dz_ij·cos_ij·t_i    dbias_i = x1·Σ_j dz_ij
+    ranked (every positive p over every negative n of the row, normalised by ranked_norm):
+        loss_i = ρ·Σ_p Σ_n w_ip·w_in·softplus(z_in − z_ip)  dz_in += ρ·w·w·σ(z_in − z_ip), dz_ip −= the same
+    dcos_ij = γ·dz_ij·t_i    dlog_scale_i = γ·Σ_j dz_ij·cos_ij·t_i    dbias_i = γ·Σ_j dz_ij
+(ρ = ranked_norm, γ = grad_scale)
 Every Σ ascends its index; per-group sums of the row terms ascend the rows.
 """
 
-from engine.device import f32_at, i32_at
-from engine.launch import Args
+from engine.launch import Args, Interface
 from engine.reduction import canonical_reduce
 from engine import numerics
 
 comptime NORM_EPSILON = Float32(1e-12)
+# The pair-loss forms (exported to Python): SIGMOID and BALANCED share one, the host folding
+# each one's normalisation into the weights.
 comptime FORM_WEIGHTED_SIGMOID = 0
 comptime FORM_RANKED = 1
 
 
+comptime POOL_FORWARD = Interface("e y starts lengths", "width", "")
+
+
 def pool_forward(s: Int, args: Args):
-    """a0 = e [S,H], a1 = y [N,H], a2 = segment start token int32 [S], a3 = segment length int32 [S]; n0 = H."""
-    var H = args.n0
-    var start = Int(i32_at(args.a2).unsafe_load(s))
-    var count = Int(i32_at(args.a3).unsafe_load(s))
-    var e = f32_at(args.a0 + s * H * 4)
+    """e [S, H]; y [N, H]; each segment's first token and length, int32 [S]."""
+    var H = args.size(0)
+    var e = args.f32(0).unsafe_offset(s * H)
+    var y = args.f32(1)
+    var start = Int(args.i32(2).unsafe_load(s))
+    var count = Int(args.i32(3).unsafe_load(s))
     for c in range(H):
         var total = Float32(0)
         for t in range(start, start + count):
-            total += f32_at(args.a1 + t * H * 4).unsafe_load(c)
+            total += y.unsafe_load(t * H + c)
         e.unsafe_store(c, total / Float32(count))
 
 
+comptime POOL_BACKWARD = Interface("dy de token_segments lengths", "width accumulate", "")
+
+
 def pool_backward(t: Int, args: Args):
-    """a0 = dy [N,H], a1 = de [S,H], a2 = segment of token int32 [N] (−1: none), a3 = segment length; n0 = H, n1 = accumulate."""
-    var H = args.n0
-    var s = Int(i32_at(args.a2).unsafe_load(t))
-    var dy = f32_at(args.a0 + t * H * 4)
+    """dy [N, H]; de [S, H]; each token's segment int32 [N] (−1: none); segment lengths int32 [S]."""
+    var H = args.size(0)
+    var accumulate = args.flag(1)
+    var dy = args.f32(0).unsafe_offset(t * H)
+    var de = args.f32(1)
+    var s = Int(args.i32(2).unsafe_load(t))
+    var lengths = args.i32(3)
     for c in range(H):
         var g = Float32(0)
         if s >= 0:
-            g = f32_at(args.a1 + s * H * 4).unsafe_load(c) / Float32(Int(i32_at(args.a3).unsafe_load(s)))
-        if args.n1 != 0:
+            g = de.unsafe_load(s * H + c) / Float32(Int(lengths.unsafe_load(s)))
+        if accumulate:
             g = dy.unsafe_load(c) + g
         dy.unsafe_store(c, g)
 
 
+comptime L2_NORMALIZE_FORWARD = Interface("u inverse_norm e", "width stride", "")
+
+
 def l2_normalize_forward(s: Int, args: Args):
-    """a0 = u [S,d], a1 = inverse norm [S], a2 = e [S,stride]; n0 = d, n1 = stride."""
-    var d = args.n0
-    var e = f32_at(args.a2 + s * args.n1 * 4)
-    var u = f32_at(args.a0 + s * d * 4)
+    """u [S, d] from the first d of each row of e [S, stride]; the inverse norm [S] kept for the backward."""
+    var d = args.size(0)
+    var stride = args.size(1)
+    var u = args.f32(0).unsafe_offset(s * d)
+    var inverse_norm = args.f32(1)
+    var e = args.f32(2).unsafe_offset(s * stride)
 
     def square(c: Int) {imm e} -> Float32:
         var x = e.unsafe_load(c)
         return x * x
 
     var r = numerics.rsqrt(canonical_reduce(square, d) + NORM_EPSILON)
-    f32_at(args.a1).unsafe_store(s, r)
+    inverse_norm.unsafe_store(s, r)
     for c in range(d):
         u.unsafe_store(c, e.unsafe_load(c) * r)
 
 
+comptime L2_NORMALIZE_BACKWARD = Interface("de du u inverse_norm", "width stride accumulate", "")
+
+
 def l2_normalize_backward(s: Int, args: Args):
-    """a0 = de [S,stride], a1 = du [S,d], a2 = u [S,d], a3 = inverse norm [S]; n0 = d, n1 = stride, n2 = accumulate."""
-    var d = args.n0
-    var de = f32_at(args.a0 + s * args.n1 * 4)
-    var du = f32_at(args.a1 + s * d * 4)
-    var u = f32_at(args.a2 + s * d * 4)
-    var r = f32_at(args.a3).unsafe_load(s)
+    var d = args.size(0)
+    var stride = args.size(1)
+    var accumulate = args.flag(2)
+    var de = args.f32(0).unsafe_offset(s * stride)
+    var du = args.f32(1).unsafe_offset(s * d)
+    var u = args.f32(2).unsafe_offset(s * d)
+    var r = args.f32(3).unsafe_load(s)
 
     def product(c: Int) {imm u, imm du} -> Float32:
         return u.unsafe_load(c) * du.unsafe_load(c)
@@ -81,33 +102,48 @@ def l2_normalize_backward(s: Int, args: Args):
     var projection = canonical_reduce(product, d)
     for c in range(d):
         var g = r * (du.unsafe_load(c) - u.unsafe_load(c) * projection)
-        if args.n2 != 0:
+        if accumulate:
             g = de.unsafe_load(c) + g
         de.unsafe_store(c, g)
 
 
+comptime ROW_TEMPERATURE = Interface("out log_scale bias groups", "", "")
+
+
 def row_temperature(i: Int, args: Args):
-    """a0 = (t_i, b_i) [S,2], a1 = log_scale [G], a2 = bias [G], a3 = group of row int32 [S]."""
-    var g = Int(i32_at(args.a3).unsafe_load(i))
-    var out = f32_at(args.a0 + i * 8)
-    out.unsafe_store(0, numerics.exp(f32_at(args.a1).unsafe_load(g)))
-    out.unsafe_store(1, f32_at(args.a2).unsafe_load(g))
+    """out [S, 2] = (t_i, b_i) of each row's group (int32 [S])."""
+    var out = args.f32(0).unsafe_offset(2 * i)
+    var log_scale = args.f32(1)
+    var bias = args.f32(2)
+    var g = Int(args.i32(3).unsafe_load(i))
+    out.unsafe_store(0, numerics.exp(log_scale.unsafe_load(g)))
+    out.unsafe_store(1, bias.unsafe_load(g))
+
+
+comptime PAIR_LOSS = Interface(
+    "losses dcos dlog_scale_rows dbias_rows cos sign weight temperature_rows", "rows form", "ranked_norm grad_scale"
+)
 
 
 def pair_loss(i: Int, args: Args):
-    """a0 = loss [S], a1 = dcos [S,S], a2 = dlog_scale per row [S], a3 = dbias per row [S], a4 = cos [S,S],
-    a5 = sign [S,S], a6 = weight [S,S], a7 = (t, b) per row [S,2]; n0 = S, n1 = form; x0 = ranked norm, x1 = scale."""
-    var S = args.n0
-    var cos = f32_at(args.a4 + i * S * 4)
-    var sign = f32_at(args.a5 + i * S * 4)
-    var weight = f32_at(args.a6 + i * S * 4)
-    var dz = f32_at(args.a1 + i * S * 4)  # holds dz while the row is summed, dcos at the end
-    var t = f32_at(args.a7 + i * 8).unsafe_load(0)
-    var b = f32_at(args.a7 + i * 8).unsafe_load(1)
+    """Row i of the [S, S] matrices cos, sign and weight; temperature_rows [S, 2] = (t, b) per row."""
+    var S = args.size(0)
+    var form = args.size(1)
+    var ranked_norm = args.scalar(0)
+    var grad_scale = args.scalar(1)
+    var losses = args.f32(0)
+    var dz = args.f32(1).unsafe_offset(i * S)  # holds dz while the row is summed, dcos at the end
+    var dlog_scale_rows = args.f32(2)
+    var dbias_rows = args.f32(3)
+    var cos = args.f32(4).unsafe_offset(i * S)
+    var sign = args.f32(5).unsafe_offset(i * S)
+    var weight = args.f32(6).unsafe_offset(i * S)
+    var t = args.f32(7).unsafe_load(2 * i)
+    var b = args.f32(7).unsafe_load(2 * i + 1)
     for j in range(S):
         dz.unsafe_store(j, Float32(0))
     var loss = Float32(0)
-    if args.n1 == FORM_WEIGHTED_SIGMOID:
+    if form == FORM_WEIGHTED_SIGMOID:
         for j in range(S):
             var s = sign.unsafe_load(j)
             if s != Float32(0):
@@ -121,7 +157,7 @@ def pair_loss(i: Int, args: Args):
                 var z_p = t * cos.unsafe_load(p) + b
                 for n in range(S):
                     if sign.unsafe_load(n) < Float32(0):
-                        var w = args.x0 * (weight.unsafe_load(p) * weight.unsafe_load(n))
+                        var w = ranked_norm * (weight.unsafe_load(p) * weight.unsafe_load(n))
                         var gap = (t * cos.unsafe_load(n) + b) - z_p
                         loss += w * numerics.softplus(gap)
                         var force = w * numerics.sigmoid(gap)
@@ -130,22 +166,29 @@ def pair_loss(i: Int, args: Args):
     var dlog_scale = Float32(0)
     var dbias = Float32(0)
     for j in range(S):
-        var g = args.x1 * dz.unsafe_load(j)
+        var g = grad_scale * dz.unsafe_load(j)
         dlog_scale += g * (cos.unsafe_load(j) * t)
         dbias += g
         dz.unsafe_store(j, g * t)
-    f32_at(args.a0).unsafe_store(i, loss)
-    f32_at(args.a2).unsafe_store(i, dlog_scale)
-    f32_at(args.a3).unsafe_store(i, dbias)
+    losses.unsafe_store(i, loss)
+    dlog_scale_rows.unsafe_store(i, dlog_scale)
+    dbias_rows.unsafe_store(i, dbias)
+
+
+comptime GROUP_SUMS = Interface("out values groups", "rows accumulate", "")
 
 
 def group_sums(g: Int, args: Args):
-    """a0 = out [G], a1 = values [S], a2 = group of row int32 [S]; n0 = S, n1 = accumulate."""
+    """out [G] (+)= Σ of values [S] over the rows whose group (int32 [S]) is g, ascending."""
+    var out = args.f32(0)
+    var values = args.f32(1)
+    var groups = args.i32(2)
+    var S = args.size(0)
+    var accumulate = args.flag(1)
     var total = Float32(0)
-    for i in range(args.n0):
-        if Int(i32_at(args.a2).unsafe_load(i)) == g:
-            total += f32_at(args.a1).unsafe_load(i)
-    var out = f32_at(args.a0)
-    if args.n1 != 0:
+    for i in range(S):
+        if Int(groups.unsafe_load(i)) == g:
+            total += values.unsafe_load(i)
+    if accumulate:
         total = out.unsafe_load(g) + total
     out.unsafe_store(g, total)

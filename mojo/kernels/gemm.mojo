@@ -19,11 +19,10 @@ transposed (N×K). Backward passes need A·B, Aᵀ·B and A·Bᵀ.
 
 from std.collections import Array
 from std.memory import stack_allocation
-from std.python import PythonObject
 from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.memory import AddressSpace
 from engine.device import F32Ptr, f32_at
-from engine.launch import Args, cpu_parallel_for, device_of, launch_grouped, one_lane
+from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_index
 from engine.target import HAS_ACCELERATOR
 
 
@@ -228,15 +227,20 @@ def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
     cpu_parallel_for(task_range, column_blocks * row_tasks)
 
 
+comptime SUM_CHUNKS = Interface("c partials", "size chunks accumulate", "")
+
+
 def sum_chunks(i: Int, args: Args):
-    """C[i] = (C0[i] +) ((p_0[i] + p_1[i]) + p_2[i]) + …: a0 = C, a1 = partials [chunks, M·N];
-    n0 = M·N, n1 = chunks, n2 = accumulate."""
-    var partials = f32_at(args.a1)
+    """C[i] = (C0[i] +) ((p_0[i] + p_1[i]) + p_2[i]) + …, from partials [chunks, M·N]."""
+    var c = args.f32(0)
+    var partials = args.f32(1)
+    var size = args.size(0)
+    var chunks = args.size(1)
+    var accumulate = args.flag(2)
     var total = partials.unsafe_load(i)
-    for z in range(1, args.n1):
-        total = total + partials.unsafe_load(z * args.n0 + i)
-    var c = f32_at(args.a0)
-    if args.n2 != 0:
+    for z in range(1, chunks):
+        total = total + partials.unsafe_load(z * size + i)
+    if accumulate:
         total = c.unsafe_load(i) + total
     c.unsafe_store(i, total)
 
@@ -244,16 +248,14 @@ def sum_chunks(i: Int, args: Args):
 # ---- dispatch ---------------------------------------------------------------------------
 
 def gemm_on[transpose_a: Bool, transpose_b: Bool](
-    device: PythonObject, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool,
-    partials: Int,
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, partials: F32Ptr,
 ) raises:
     """The product in the canonical order; with several k ranges, through `partials` [chunks, M, N]."""
     var chunks = k_chunks(M, N, K)
     var length = chunk_length(K, chunks)
-    if chunks > 1 and partials == 0:
+    if chunks > 1 and Int(partials) == 0:
         raise Error("gemm: a ", M, "×", N, "×", K, " product needs a partial-sums workspace")
-    var target = c if chunks == 1 else f32_at(partials)
-    var dev = device_of(device)
+    var target = c if chunks == 1 else partials
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
@@ -270,39 +272,15 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     else:
         for z in range(chunks):
             gemm_cpu[transpose_a, transpose_b](
-                target + z * M * N, a, b, M, N, K, z * length, min(K, (z + 1) * length), accumulate and chunks == 1
+                target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
+                accumulate and chunks == 1,
             )
     if chunks > 1:
-        var args = Args(Int(c), partials, 0, 0, 0, 0, 0, 0, M * N, chunks, 1 if accumulate else 0, 0, 0, 0, 0, 0)
-        launch_grouped[1, one_lane[sum_chunks], sum_chunks](device, M * N, args)
+        var args = Args.empty()  # SUM_CHUNKS
+        args.addresses[0] = Int64(Int(c))
+        args.addresses[1] = Int64(Int(partials))
+        args.sizes[0] = Int64(M * N)
+        args.sizes[1] = Int64(chunks)
+        args.sizes[2] = Int64(1 if accumulate else 0)
+        launch_index[sum_chunks](dev, M * N, args)
 
-
-def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
-    """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
-    return PythonObject(k_chunks(Int(py=M), Int(py=N), Int(py=K)))
-
-
-def gemm(
-    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
-    M: PythonObject, N: PythonObject, K: PythonObject,
-    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, partials: PythonObject,
-) raises -> PythonObject:
-    var cp = f32_at(Int(py=c))
-    var ap = f32_at(Int(py=a))
-    var bp = f32_at(Int(py=b))
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var acc = Bool(py=accumulate)
-    var ta = Bool(py=transpose_a)
-    var tb = Bool(py=transpose_b)
-    if ta and tb:
-        raise Error("gemm: transposing both A and B is not supported")
-    var work = Int(py=partials)
-    if ta:
-        gemm_on[True, False](device, cp, ap, bp, m, n, k, acc, work)
-    elif tb:
-        gemm_on[False, True](device, cp, ap, bp, m, n, k, acc, work)
-    else:
-        gemm_on[False, False](device, cp, ap, bp, m, n, k, acc, work)
-    return PythonObject(None)

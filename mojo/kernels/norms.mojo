@@ -12,40 +12,46 @@ Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
-from engine.device import f32_at, i32_at
-from engine.launch import Args
+from engine.launch import Args, Interface
 from engine.reduction import canonical_reduce, row_max
 from engine import numerics
 
-comptime COLUMN_CHUNK = 256
+comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
+
+
+comptime RMSNORM_FORWARD = Interface("y rstd x weight", "width", "eps")
 
 
 def rmsnorm_forward(r: Int, args: Args):
-    """a0 = y [R,W], a1 = rstd [R], a2 = x [R,W], a3 = w [W]; n0 = W; x0 = ε."""
-    var W = args.n0
-    var x = f32_at(args.a2 + r * W * 4)
-    var y = f32_at(args.a0 + r * W * 4)
-    var w = f32_at(args.a3)
+    var W = args.size(0)
+    var y = args.f32(0).unsafe_offset(r * W)
+    var rstd_out = args.f32(1)
+    var x = args.f32(2).unsafe_offset(r * W)
+    var w = args.f32(3)
+    var eps = args.scalar(0)
 
     def square(i: Int) {imm x} -> Float32:
         var v = x.unsafe_load(i)
         return v * v
 
-    var rstd = numerics.rsqrt(canonical_reduce(square, W) / Float32(W) + args.x0)
-    f32_at(args.a1).unsafe_store(r, rstd)
+    var rstd = numerics.rsqrt(canonical_reduce(square, W) / Float32(W) + eps)
+    rstd_out.unsafe_store(r, rstd)
     for i in range(W):
         y.unsafe_store(i, (x.unsafe_load(i) * rstd) * w.unsafe_load(i))
 
 
+comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width", "")
+
+
 def rmsnorm_backward(r: Int, args: Args):
-    """a0 = dx [R,W], a1 = dw_rows [R,W] (dy·x·r, for column_sum), a2 = dy, a3 = x, a4 = w, a5 = rstd; n0 = W."""
-    var W = args.n0
-    var dx = f32_at(args.a0 + r * W * 4)
-    var dw_rows = f32_at(args.a1 + r * W * 4)
-    var dy = f32_at(args.a2 + r * W * 4)
-    var x = f32_at(args.a3 + r * W * 4)
-    var w = f32_at(args.a4)
-    var rstd = f32_at(args.a5).unsafe_load(r)
+    """dweight_rows = dy·x·r per row, summed over rows by the column sums."""
+    var W = args.size(0)
+    var dx = args.f32(0).unsafe_offset(r * W)
+    var dw_rows = args.f32(1).unsafe_offset(r * W)
+    var dy = args.f32(2).unsafe_offset(r * W)
+    var x = args.f32(3).unsafe_offset(r * W)
+    var w = args.f32(4)
+    var rstd = args.f32(5).unsafe_load(r)
 
     def projection(i: Int) {imm dy, imm w, imm x} -> Float32:
         return (dy.unsafe_load(i) * w.unsafe_load(i)) * x.unsafe_load(i)
@@ -59,11 +65,13 @@ def rmsnorm_backward(r: Int, args: Args):
         dw_rows.unsafe_store(i, gi * (xi * rstd))
 
 
+comptime SOFTMAX_FORWARD = Interface("y x", "width", "")
+
+
 def softmax_forward(r: Int, args: Args):
-    """a0 = y [R,N], a1 = x [R,N]; n0 = N."""
-    var N = args.n0
-    var x = f32_at(args.a1 + r * N * 4)
-    var y = f32_at(args.a0 + r * N * 4)
+    var N = args.size(0)
+    var y = args.f32(0).unsafe_offset(r * N)
+    var x = args.f32(1).unsafe_offset(r * N)
     var m = row_max(x, N)
     for i in range(N):
         y.unsafe_store(i, numerics.exp(x.unsafe_load(i) - m))
@@ -76,12 +84,14 @@ def softmax_forward(r: Int, args: Args):
         y.unsafe_store(i, y.unsafe_load(i) / total)
 
 
+comptime SOFTMAX_BACKWARD = Interface("dx y dy", "width", "")
+
+
 def softmax_backward(r: Int, args: Args):
-    """a0 = dx [R,N], a1 = y [R,N], a2 = dy [R,N]; n0 = N."""
-    var N = args.n0
-    var dx = f32_at(args.a0 + r * N * 4)
-    var y = f32_at(args.a1 + r * N * 4)
-    var dy = f32_at(args.a2 + r * N * 4)
+    var N = args.size(0)
+    var dx = args.f32(0).unsafe_offset(r * N)
+    var y = args.f32(1).unsafe_offset(r * N)
+    var dy = args.f32(2).unsafe_offset(r * N)
 
     def product(i: Int) {imm y, imm dy} -> Float32:
         return dy.unsafe_load(i) * y.unsafe_load(i)
@@ -91,11 +101,16 @@ def softmax_backward(r: Int, args: Args):
         dx.unsafe_store(i, y.unsafe_load(i) * (dy.unsafe_load(i) - dot))
 
 
+comptime CROSS_ENTROPY = Interface("losses dlogits logits targets", "vocab", "grad_scale")
+
+
 def cross_entropy(r: Int, args: Args):
-    """a0 = loss [R], a1 = dz [R,V] (0: no gradient), a2 = z [R,V], a3 = targets int32 [R]; n0 = V; x0 = scale."""
-    var V = args.n0
-    var z = f32_at(args.a2 + r * V * 4)
-    var target = Int(i32_at(args.a3).unsafe_load(r))
+    """dlogits is optional: without it only the losses are written."""
+    var V = args.size(0)
+    var losses = args.f32(0)
+    var z = args.f32(2).unsafe_offset(r * V)
+    var target = Int(args.i32(3).unsafe_load(r))
+    var grad_scale = args.scalar(0)
     var m = row_max(z, V)
 
     def shifted_exp(i: Int) {imm z, imm m} -> Float32:
@@ -105,42 +120,51 @@ def cross_entropy(r: Int, args: Args):
     var loss = Float32(0)
     if target >= 0:
         loss = (numerics.log(total) + m) - z.unsafe_load(target)
-    f32_at(args.a0).unsafe_store(r, loss)
-    if args.a1 != 0:
-        var dz = f32_at(args.a1 + r * V * 4)
+    losses.unsafe_store(r, loss)
+    if args.given(1):
+        var dz = args.f32(1).unsafe_offset(r * V)
         for i in range(V):
             var g = Float32(0)
             if target >= 0:
                 var p = numerics.exp(z.unsafe_load(i) - m) / total
-                g = (p - Float32(1) if i == target else p) * args.x0
+                g = (p - Float32(1) if i == target else p) * grad_scale
             dz.unsafe_store(i, g)
 
 
+comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns", "")
+
+
 def column_partial_sums(task: Int, args: Args):
-    """Stage 1, one task per (chunk, column): a0 = partial [chunks,C], a1 = x [R,C]; n0 = R, n1 = C."""
-    var R = args.n0
-    var C = args.n1
+    """Stage 1, one task per (chunk, column): partial [chunks, C] of x [R, C]."""
+    var partial = args.f32(0)
+    var x = args.f32(1)
+    var R = args.size(0)
+    var C = args.size(1)
     var chunk = task // C
     var column = task % C
     var begin = chunk * COLUMN_CHUNK
-    var x = f32_at(args.a1)
 
     def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
         return x.unsafe_load((begin + i) * C + column)
 
-    f32_at(args.a0).unsafe_store(task, canonical_reduce(value, min(COLUMN_CHUNK, R - begin)))
+    partial.unsafe_store(task, canonical_reduce(value, min(COLUMN_CHUNK, R - begin)))
+
+
+comptime COLUMN_SUMS_FINISH = Interface("out partial", "chunks columns accumulate", "")
 
 
 def column_sums_finish(column: Int, args: Args):
-    """Stage 2, one task per column: a0 = out [C], a1 = partial [chunks,C]; n0 = chunks, n1 = C, n2 = accumulate."""
-    var C = args.n1
-    var partial = f32_at(args.a1)
+    """Stage 2, one task per column: out [C] (+)= Σ over the chunks of partial [chunks, C]."""
+    var out = args.f32(0)
+    var partial = args.f32(1)
+    var chunks = args.size(0)
+    var C = args.size(1)
+    var accumulate = args.flag(2)
 
     def value(chunk: Int) {imm partial, imm C, imm column} -> Float32:
         return partial.unsafe_load(chunk * C + column)
 
-    var total = canonical_reduce(value, args.n0)
-    var out = f32_at(args.a0)
-    if args.n2 != 0:
+    var total = canonical_reduce(value, chunks)
+    if accumulate:
         total = out.unsafe_load(column) + total
     out.unsafe_store(column, total)

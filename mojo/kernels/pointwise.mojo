@@ -1,65 +1,84 @@
 """Element-wise kernels: the portable math over arrays, SiLU and its derivative, adds.
 
-    unary_math:     y = f(x)           (a0 = y, a1 = x, n0 = op code below)
-    silu_backward:  dx = dy·silu'(x)   (a0 = dx, a1 = x, a2 = dy)
-    add:            y = a + b          (a0 = y, a1 = a, a2 = b)
-    scale:          y = α·x            (a0 = y, a1 = x, x0 = α)
-    fill:           y = α              (a0 = y, x0 = α)
+    unary_math:     y = f(x)           f chosen by an op code: its index in UNARY_OPS
+    silu_backward:  dx = dy·silu'(x)
+    add:            y = a + b
+    scale:          y = α·x
+    fill:           y = α
 """
 
-from engine.device import f32_at
-from engine.launch import Args
+from engine.launch import Args, Interface
 from engine import numerics
 
-# Operation codes of `unary_math`, mirrored in python/uform/kernels.py.
-comptime OP_EXP = 0
-comptime OP_LOG = 1
-comptime OP_LOG1P = 2
-comptime OP_SQRT = 3
-comptime OP_RSQRT = 4
-comptime OP_SIGMOID = 5
-comptime OP_SOFTPLUS = 6
-comptime OP_SILU = 7
-comptime OP_SILU_DERIVATIVE = 8
+# The portable math `unary_math` applies; an op's code is its index here (exported to Python).
+comptime UNARY_OPS = ("exp", "log", "log1p", "sqrt", "rsqrt", "sigmoid", "softplus", "silu", "silu_derivative")
 
 
 @always_inline
 def unary(op: Int, x: Float32) -> Float32:
-    if op == OP_EXP:
+    if op == 0:
         return numerics.exp(x)
-    if op == OP_LOG:
+    if op == 1:
         return numerics.log(x)
-    if op == OP_LOG1P:
+    if op == 2:
         return numerics.log1p(x)
-    if op == OP_SQRT:
+    if op == 3:
         return numerics.sqrt_rn(x)
-    if op == OP_RSQRT:
+    if op == 4:
         return numerics.rsqrt(x)
-    if op == OP_SIGMOID:
+    if op == 5:
         return numerics.sigmoid(x)
-    if op == OP_SOFTPLUS:
+    if op == 6:
         return numerics.softplus(x)
-    if op == OP_SILU:
+    if op == 7:
         return numerics.silu(x)
     return numerics.silu_derivative(x)
 
 
+comptime UNARY_MATH = Interface("y x", "op", "")
+
+
 def unary_math(i: Int, args: Args):
-    f32_at(args.a0).unsafe_store(i, unary(args.n0, f32_at(args.a1).unsafe_load(i)))
+    var y = args.f32(0)
+    var x = args.f32(1)
+    var op = args.size(0)
+    y.unsafe_store(i, unary(op, x.unsafe_load(i)))
+
+
+comptime SILU_BACKWARD = Interface("dx x dy", "", "")
 
 
 def silu_backward(i: Int, args: Args):
-    var x = f32_at(args.a1).unsafe_load(i)
-    f32_at(args.a0).unsafe_store(i, f32_at(args.a2).unsafe_load(i) * numerics.silu_derivative(x))
+    var dx = args.f32(0)
+    var x = args.f32(1)
+    var dy = args.f32(2)
+    dx.unsafe_store(i, dy.unsafe_load(i) * numerics.silu_derivative(x.unsafe_load(i)))
+
+
+comptime ADD = Interface("y a b", "", "")
 
 
 def add(i: Int, args: Args):
-    f32_at(args.a0).unsafe_store(i, f32_at(args.a1).unsafe_load(i) + f32_at(args.a2).unsafe_load(i))
+    var y = args.f32(0)
+    var a = args.f32(1)
+    var b = args.f32(2)
+    y.unsafe_store(i, a.unsafe_load(i) + b.unsafe_load(i))
+
+
+comptime SCALE = Interface("y x", "", "alpha")
 
 
 def scale(i: Int, args: Args):
-    f32_at(args.a0).unsafe_store(i, args.x0 * f32_at(args.a1).unsafe_load(i))
+    var y = args.f32(0)
+    var x = args.f32(1)
+    var alpha = args.scalar(0)
+    y.unsafe_store(i, alpha * x.unsafe_load(i))
+
+
+comptime FILL = Interface("y", "", "value")
 
 
 def fill(i: Int, args: Args):
-    f32_at(args.a0).unsafe_store(i, args.x0)
+    var y = args.f32(0)
+    var value = args.scalar(0)
+    y.unsafe_store(i, value)

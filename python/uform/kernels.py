@@ -10,7 +10,7 @@ The math of each kernel is written beside its body in ``mojo/kernels/``.
 from __future__ import annotations
 
 import contextlib
-import struct
+import functools
 import time
 from collections import defaultdict
 
@@ -18,13 +18,34 @@ import numpy as np
 
 from .engine import Buffer, _engine
 
-# Operation codes of the portable math (mojo/kernels/pointwise.mojo).
-UNARY_OPS = {
-    "exp": 0, "log": 1, "log1p": 2, "sqrt": 3, "rsqrt": 4,
-    "sigmoid": 5, "softplus": 6, "silu": 7, "silu_derivative": 8,
-}
+FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
+UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op → code of unary_math
+COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
+ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
+FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
+FORM_RANKED = FACTS["form_ranked"]
+NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
 
-COLUMN_CHUNK = 256  # rows per partial sum of `column_sum` (mojo/kernels/norms.mojo)
+
+class _Interface:
+    """A kernel's operand names (from the engine's KERNEL_INTERFACES): which slot each name fills."""
+
+    def __init__(self, kernel: str, buffers: str, sizes: str, scalars: str):
+        self.kernel = kernel
+        self.buffers, self.sizes, self.scalars = buffers.split(), sizes.split(), scalars.split()
+        self.names = frozenset(self.buffers + self.sizes + self.scalars)
+
+    def slots(self, operands: dict) -> tuple[list[int], list[int], list[float]]:
+        unknown = operands.keys() - self.names
+        if unknown:
+            raise TypeError(f"kernel {self.kernel} has no operand {sorted(unknown)}; its operands: "
+                            f"{self.buffers + self.sizes + self.scalars}")
+        get = operands.get
+        addresses = [0 if get(name) is None else get(name).address for name in self.buffers]
+        return addresses, [int(get(name, 0)) for name in self.sizes], [float(get(name, 0.0)) for name in self.scalars]
+
+
+_INTERFACES = {kernel: _Interface(kernel, *names) for kernel, names in _engine.KERNEL_INTERFACES.items()}
 
 _profile: dict[str, list[float]] | None = None
 
@@ -77,15 +98,11 @@ def _expect(buffer: Buffer, name: str, size: int, dtype=np.float32) -> None:
         raise ValueError(f"{name} must hold {size} values, holds {buffer.size} (shape {buffer.shape})")
 
 
-def _launch(kernel: str, n: int, buffers, sizes=(), scalars=()) -> None:
-    """Run an index kernel over [0, n): addresses of `buffers` (None → 0), sizes, float scalars."""
-    device = _device(*[b for b in buffers if b is not None])
-    addresses = [0 if b is None else b.address for b in buffers]
-    _call(kernel, device, int(n), addresses, [int(s) for s in sizes], [float(x) for x in scalars])
-
-
-def _f32_bits(value: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", value))[0]
+def _launch(kernel: str, n: int, **operands) -> None:
+    """Run kernel over tasks [0, n) with its operands by name: Buffers (None: absent), sizes, float scalars."""
+    addresses, sizes, scalars = _INTERFACES[kernel].slots(operands)
+    device = _device(*[b for b in operands.values() if isinstance(b, Buffer)])
+    _call(kernel, device, int(n), addresses, sizes, scalars)
 
 
 # ---- element-wise --------------------------------------------------------------------------
@@ -95,7 +112,7 @@ def unary(op: str, y: Buffer, x: Buffer) -> None:
     if op not in UNARY_OPS:
         raise ValueError(f"unknown unary op {op!r}; choose one of {sorted(UNARY_OPS)}")
     _expect(y, "y", x.size)
-    _launch("unary_math", x.size, [y, x], [UNARY_OPS[op]])
+    _launch("unary_math", x.size, y=y, x=x, op=UNARY_OPS[op])
 
 
 def silu(y: Buffer, x: Buffer) -> None:
@@ -106,27 +123,33 @@ def silu_backward(dx: Buffer, x: Buffer, dy: Buffer) -> None:
     """dx = dy · silu'(x)."""
     _expect(dx, "dx", x.size)
     _expect(dy, "dy", x.size)
-    _launch("silu_backward", x.size, [dx, x, dy])
+    _launch("silu_backward", x.size, dx=dx, x=x, dy=dy)
 
 
 def add(y: Buffer, a: Buffer, b: Buffer) -> None:
     """y = a + b (y may be a or b)."""
     _expect(y, "y", a.size)
     _expect(b, "b", a.size)
-    _launch("add", a.size, [y, a, b])
+    _launch("add", a.size, y=y, a=a, b=b)
 
 
 def scale(y: Buffer, x: Buffer, alpha: float) -> None:
     _expect(y, "y", x.size)
-    _launch("scale", x.size, [y, x], scalars=[alpha])
+    _launch("scale", x.size, y=y, x=x, alpha=alpha)
 
 
 def fill(y: Buffer, value: float) -> None:
     """y = value everywhere (y may be a view)."""
-    _launch("fill", y.size, [y], scalars=[value])
+    _launch("fill", y.size, y=y, value=value)
 
 
 # ---- GEMM ----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_chunks(m: int, n: int, k: int) -> int:
+    """How many k ranges the canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo), per shape."""
+    return int(_engine.gemm_chunks(m, n, k))
+
 
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
          transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
@@ -139,7 +162,7 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
-    chunks = int(_engine.gemm_chunks(m, n, k))  # k ranges of the canonical order (mojo/kernels/gemm.mojo)
+    chunks = _gemm_chunks(m, n, k)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_split_k" if chunks > 1 else "")
     _call("gemm", device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
@@ -155,7 +178,7 @@ def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: flo
     _expect(x, "x", rows * width)
     _expect(y, "y", rows * width)
     _expect(rstd, "rstd", rows)
-    _launch("rmsnorm_forward", rows, [y, rstd, x, weight], [width], [eps])
+    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, width=width, eps=eps)
 
 
 def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer) -> None:
@@ -165,18 +188,19 @@ def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, we
     for name, buffer in (("dx", dx), ("dweight_rows", dweight_rows), ("dy", dy)):
         _expect(buffer, name, rows * width)
     _expect(rstd, "rstd", rows)
-    _launch("rmsnorm_backward", rows, [dx, dweight_rows, dy, x, weight, rstd], [width])
+    _launch("rmsnorm_backward", rows, dx=dx, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight, rstd=rstd,
+            width=width)
 
 
 def softmax_forward(y: Buffer, x: Buffer, width: int) -> None:
     _expect(y, "y", x.size)
-    _launch("softmax_forward", x.size // width, [y, x], [width])
+    _launch("softmax_forward", x.size // width, y=y, x=x, width=width)
 
 
 def softmax_backward(dx: Buffer, y: Buffer, dy: Buffer, width: int) -> None:
     _expect(dx, "dx", y.size)
     _expect(dy, "dy", y.size)
-    _launch("softmax_backward", y.size // width, [dx, y, dy], [width])
+    _launch("softmax_backward", y.size // width, dx=dx, y=y, dy=dy, width=width)
 
 
 def cross_entropy(losses: Buffer, dlogits: Buffer | None, logits: Buffer, targets: Buffer, grad_scale: float = 1.0) -> None:
@@ -188,7 +212,8 @@ def cross_entropy(losses: Buffer, dlogits: Buffer | None, logits: Buffer, target
     _expect(losses, "losses", rows)
     if dlogits is not None:
         _expect(dlogits, "dlogits", rows * vocab)
-    _launch("cross_entropy", rows, [losses, dlogits, logits, targets], [vocab], [grad_scale])
+    _launch("cross_entropy", rows, losses=losses, dlogits=dlogits, logits=logits, targets=targets, vocab=vocab,
+            grad_scale=grad_scale)
 
 
 def column_sum_workspace(device, rows: int, columns: int) -> Buffer:
@@ -205,13 +230,12 @@ def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: b
     if partial is None:
         partial = column_sum_workspace(out.device, rows, columns)
     _expect(partial, "partial", chunks * columns)
-    _launch("column_partial_sums", chunks * columns, [partial, x], [rows, columns])
-    _launch("column_sums_finish", columns, [out, partial], [chunks, columns, int(accumulate)])
+    _launch("column_partial_sums", chunks * columns, partial=partial, x=x, rows=rows, columns=columns)
+    _launch("column_sums_finish", columns, out=out, partial=partial, chunks=chunks, columns=columns,
+            accumulate=accumulate)
 
 
 # ---- attention -------------------------------------------------------------------------------------
-
-ATTENTION_HEAD_DIMS = (8, 16, 32, 64, 128)
 
 
 def attention_spans(tokens: int, seq_len: int, segments: np.ndarray | None = None) -> np.ndarray:
@@ -245,6 +269,10 @@ def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: 
     return tokens
 
 
+def _attention_geometry(heads: int, kv_heads: int, head_dim: int, causal: bool) -> dict:
+    return dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, scale=head_dim ** -0.5)
+
+
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
                       kv_heads: int, head_dim: int, causal: bool) -> None:
     """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
@@ -253,8 +281,8 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     _expect(v, "v", k.size)
     _expect(o, "o", q.size)
     _expect(lse, "lse", tokens * heads)
-    _launch("attention_forward", tokens * heads, [o, lse, q, k, v, spans],
-            [0, heads, kv_heads, head_dim], [head_dim ** -0.5, float(causal)])
+    _launch("attention_forward", tokens * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
+            **_attention_geometry(heads, kv_heads, head_dim, causal))
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
@@ -264,15 +292,16 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
-    sizes = [0, heads, kv_heads, head_dim]
-    scalars = [head_dim ** -0.5, float(causal)]
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
-    _launch("attention_backward_delta", tokens * heads, [delta, d_out, o], sizes, scalars)
-    _launch("attention_backward_dq", tokens * heads, [dq, d_out, q, k, v, spans, lse, delta], sizes, scalars)
-    _launch("attention_backward_dv", tokens * kv_heads, [dv, d_out, q, k, lse, spans], sizes, scalars)
-    _launch("attention_backward_dk", tokens * kv_heads, [dk, d_out, q, k, v, lse, delta, spans], sizes, scalars)
+    # The four kernels share one interface: each reads its inputs and writes its own output.
+    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, delta=delta, dq=dq, dk=dk, dv=dv,
+                    **_attention_geometry(heads, kv_heads, head_dim, causal))
+    _launch("attention_backward_delta", tokens * heads, **operands)
+    _launch("attention_backward_dq", tokens * heads, **operands)
+    _launch("attention_backward_dv", tokens * kv_heads, **operands)
+    _launch("attention_backward_dk", tokens * kv_heads, **operands)
 
 
 # ---- rotary positions ------------------------------------------------------------------------
@@ -292,7 +321,8 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     tokens = positions.size
     _expect(x, "x", tokens * heads * head_dim)
     _expect(positions, "positions", tokens, np.int32)
-    _launch("rotary", tokens * heads, [x, positions, cos, sin], [heads, head_dim], [-1.0 if inverse else 1.0])
+    _launch("rotary", tokens * heads, x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim,
+            direction=-1.0 if inverse else 1.0)
 
 
 # ---- embedding ---------------------------------------------------------------------------------
@@ -300,7 +330,7 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
 def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int) -> None:
     _expect(ids, "ids", ids.size, np.int32)
     _expect(out, "out", ids.size * width)
-    _launch("embedding_forward", ids.size, [out, table, ids], [width])
+    _launch("embedding_forward", ids.size, out=out, table=table, ids=ids, width=width)
 
 
 def embedding_groups(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +349,8 @@ def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Bu
     _expect(dtable, "dtable", vocab * width)
     _expect(order, "order", order.size, np.int32)
     _expect(d_out, "d_out", order.size * width)
-    _launch("embedding_backward", vocab * width, [dtable, d_out, order, offsets], [width, int(accumulate)])
+    _launch("embedding_backward", vocab * width, dtable=dtable, d_out=d_out, order=order, offsets=offsets, width=width,
+            accumulate=accumulate)
 
 
 # ---- AdamW ----------------------------------------------------------------------------------------
@@ -333,15 +364,12 @@ def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr:
         _expect(buffer, name, params.size)
     beta1, beta2 = betas
     sqrt_c2 = np.float32(np.sqrt(1.0 - beta2 ** step))
-    _launch("adamw", params.size, [params, grads, m, v],
-            [_f32_bits(float(sqrt_c2)), _f32_bits(eps), _f32_bits(1.0 - beta1), _f32_bits(1.0 - beta2)],
-            [beta1, beta2, 1.0 - lr * weight_decay, lr / (1.0 - beta1 ** step)])
+    _launch("adamw", params.size, params=params, grads=grads, m=m, v=v, beta1=beta1, beta2=beta2,
+            one_minus_beta1=1.0 - beta1, one_minus_beta2=1.0 - beta2, decay=1.0 - lr * weight_decay,
+            step_size=lr / (1.0 - beta1 ** step), sqrt_c2=float(sqrt_c2), eps=eps)
 
 
 # ---- the contrastive head --------------------------------------------------------------------------
-
-FORM_WEIGHTED_SIGMOID = 0  # SIGMOID and BALANCED: the host folds the normalisation into the weights
-FORM_RANKED = 1
 
 
 def pool_forward(e: Buffer, y: Buffer, starts: Buffer, lengths: Buffer, width: int) -> None:
@@ -350,7 +378,7 @@ def pool_forward(e: Buffer, y: Buffer, starts: Buffer, lengths: Buffer, width: i
     _expect(e, "e", segments * width)
     _expect(starts, "starts", segments, np.int32)
     _expect(lengths, "lengths", segments, np.int32)
-    _launch("pool_forward", segments, [e, y, starts, lengths], [width])
+    _launch("pool_forward", segments, e=e, y=y, starts=starts, lengths=lengths, width=width)
 
 
 def pool_backward(dy: Buffer, de: Buffer, token_segments: Buffer, lengths: Buffer, width: int, *,
@@ -359,7 +387,8 @@ def pool_backward(dy: Buffer, de: Buffer, token_segments: Buffer, lengths: Buffe
     tokens = token_segments.size
     _expect(dy, "dy", tokens * width)
     _expect(token_segments, "token_segments", tokens, np.int32)
-    _launch("pool_backward", tokens, [dy, de, token_segments, lengths], [width, int(accumulate)])
+    _launch("pool_backward", tokens, dy=dy, de=de, token_segments=token_segments, lengths=lengths, width=width,
+            accumulate=accumulate)
 
 
 def l2_normalize_forward(u: Buffer, inverse_norm: Buffer, e: Buffer, width: int, stride: int) -> None:
@@ -367,7 +396,7 @@ def l2_normalize_forward(u: Buffer, inverse_norm: Buffer, e: Buffer, width: int,
     rows = inverse_norm.size
     _expect(u, "u", rows * width)
     _expect(e, "e", rows * stride)
-    _launch("l2_normalize_forward", rows, [u, inverse_norm, e], [width, stride])
+    _launch("l2_normalize_forward", rows, u=u, inverse_norm=inverse_norm, e=e, width=width, stride=stride)
 
 
 def l2_normalize_backward(de: Buffer, du: Buffer, u: Buffer, inverse_norm: Buffer, width: int, stride: int, *,
@@ -375,7 +404,8 @@ def l2_normalize_backward(de: Buffer, du: Buffer, u: Buffer, inverse_norm: Buffe
     rows = inverse_norm.size
     _expect(du, "du", rows * width)
     _expect(de, "de", rows * stride)
-    _launch("l2_normalize_backward", rows, [de, du, u, inverse_norm], [width, stride, int(accumulate)])
+    _launch("l2_normalize_backward", rows, de=de, du=du, u=u, inverse_norm=inverse_norm, width=width, stride=stride,
+            accumulate=accumulate)
 
 
 def row_temperature(out: Buffer, log_scale: Buffer, bias: Buffer, groups: Buffer) -> None:
@@ -383,7 +413,7 @@ def row_temperature(out: Buffer, log_scale: Buffer, bias: Buffer, groups: Buffer
     rows = groups.size
     _expect(out, "out", rows * 2)
     _expect(groups, "groups", rows, np.int32)
-    _launch("row_temperature", rows, [out, log_scale, bias, groups])
+    _launch("row_temperature", rows, out=out, log_scale=log_scale, bias=bias, groups=groups)
 
 
 def pair_loss(losses: Buffer, dcos: Buffer, dlog_scale_rows: Buffer, dbias_rows: Buffer, cos: Buffer,
@@ -394,11 +424,12 @@ def pair_loss(losses: Buffer, dcos: Buffer, dlog_scale_rows: Buffer, dbias_rows:
     rows = losses.size
     for name, buffer in (("dcos", dcos), ("cos", cos), ("sign", sign), ("weight", weight)):
         _expect(buffer, name, rows * rows)
-    _launch("pair_loss", rows, [losses, dcos, dlog_scale_rows, dbias_rows, cos, sign, weight, temperature_rows],
-            [rows, form], [ranked_norm, grad_scale])
+    _launch("pair_loss", rows, losses=losses, dcos=dcos, dlog_scale_rows=dlog_scale_rows, dbias_rows=dbias_rows,
+            cos=cos, sign=sign, weight=weight, temperature_rows=temperature_rows, rows=rows, form=form,
+            ranked_norm=ranked_norm, grad_scale=grad_scale)
 
 
 def group_sums(out: Buffer, values: Buffer, groups: Buffer, *, accumulate: bool = False) -> None:
     """out[g] (+)= Σ of values over the rows of group g, ascending."""
     _expect(groups, "groups", values.size, np.int32)
-    _launch("group_sums", out.size, [out, values, groups], [values.size, int(accumulate)])
+    _launch("group_sums", out.size, out=out, values=values, groups=groups, rows=values.size, accumulate=accumulate)
