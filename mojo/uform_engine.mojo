@@ -14,7 +14,7 @@ from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import Args, Interface, args_from_python, device_of, launch_index, launch_warps
 from engine.target import HAS_ACCELERATOR
-from kernels import adamw, attention, contrastive, embedding, gemm, norms, pointwise, rotary
+from kernels import adamw, attention, contrastive, embedding, gemm, norms, pointwise, rotary, rows
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -208,6 +208,9 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
+        index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
+        index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
+        index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)
         index[adamw.adamw](m, k, "adamw", adamw.ADAMW)
         index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
         index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)

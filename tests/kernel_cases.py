@@ -177,35 +177,69 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
     return {name: (out.numpy(), r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv), ref)}
 
 
-def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int):
+def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int, axes: int = 1):
     rng = rng_for(seed)
     x = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
-    positions = rng.integers(0, 64, tokens).astype(np.int32)
+    positions = rng.integers(0, 64, (tokens, axes)).astype(np.int32)
     cos, sin = K.rotary_tables(64, head_dim)
     xb, pb, cb, sb = device.put(x), device.put(positions), device.put(cos), device.put(sin)
-    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim)
+    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, axes=axes)
     rotated = xb.numpy()
-    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, inverse=True)
+    K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, inverse=True, axes=axes)
     half = head_dim // 2
+    time_pairs = half // 4
+    row_pairs = (half - time_pairs) // 2
+    axis = np.zeros(half, int) if axes == 1 else np.repeat([0, 1, 2], [time_pairs, row_pairs, half - time_pairs - row_pairs])
+    pair_positions = positions[:, axis]                  # [tokens, half]: the position each pair reads
     x3 = f64(x).reshape(tokens, heads, head_dim)
-    c, s = f64(cos)[positions][:, None, :], f64(sin)[positions][:, None, :]
+    c = np.take_along_axis(f64(cos)[pair_positions], np.arange(half)[None, :, None], 2)[..., 0][:, None, :]
+    s = np.take_along_axis(f64(sin)[pair_positions], np.arange(half)[None, :, None], 2)[..., 0][:, None, :]
     ref = np.concatenate([x3[..., :half] * c - x3[..., half:] * s, x3[..., half:] * c + x3[..., :half] * s], -1)
     return {"rotated": (rotated, ref.reshape(tokens, -1), 1e-6), "round_trip": (xb.numpy(), f64(x), 1e-6)}
 
 
-def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, width: int):
+def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, width: int, with_rows: bool = False):
     rng = rng_for(seed)
     table = rng.standard_normal((vocab, width)).astype(np.float32)
     ids = rng.integers(0, vocab, tokens).astype(np.int32)
     d_out = rng.standard_normal((tokens, width)).astype(np.float32)
+    extra = rng.standard_normal((tokens, width)).astype(np.float32)
+    row_of = np.where(rng.random(tokens) < 0.5, rng.permutation(tokens), -1).astype(np.int32)
     out = device.empty((tokens, width))
-    K.embedding_forward(out, device.put(table), device.put(ids), width)
+    if with_rows:
+        K.embedding_forward(out, device.put(table), device.put(ids), width, rows=device.put(extra),
+                            row_of=device.put(row_of))
+    else:
+        K.embedding_forward(out, device.put(table), device.put(ids), width)
+    ref_out = f64(table)[ids] + (np.where(row_of[:, None] >= 0, f64(extra)[row_of], 0) if with_rows else 0)
     order, offsets = K.embedding_groups(ids, vocab)
     dtable = device.empty(table.shape)
     K.embedding_backward(dtable, device.put(d_out), device.put(order), device.put(offsets), width)
     ref = np.zeros((vocab, width))
     np.add.at(ref, ids, f64(d_out))
-    return {"out": (out.numpy(), f64(table)[ids], 0.0), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens))}
+    return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens))}
+
+
+def case_rows(device: uform.Device, seed: int, tokens: int, rows: int, width: int):
+    """gather_rows, scatter_rows and mse_rows: the moves and the loss of the media heads."""
+    rng = rng_for(seed)
+    x = rng.standard_normal((tokens, width)).astype(np.float32)
+    index = np.where(rng.random(rows) < 0.8, rng.permutation(tokens)[:rows], -1).astype(np.int32)
+    gathered = device.empty((rows, width))
+    K.gather_rows(gathered, device.put(x), device.put(index), width)
+    ref_gathered = np.where(index[:, None] >= 0, f64(x)[index], 0)
+    distinct = rng.permutation(tokens)[:rows].astype(np.int32)
+    base = rng.standard_normal((tokens, width)).astype(np.float32)
+    scattered = device.put(base)
+    K.scatter_rows(scattered, device.put(x[:rows]), device.put(distinct), width, accumulate=True)
+    ref_scattered = f64(base).copy()
+    ref_scattered[distinct] += f64(x[:rows])
+    target = rng.standard_normal((rows, width)).astype(np.float32)
+    losses, dpred = device.empty(rows), device.empty((rows, width))
+    K.mse_rows(losses, dpred, device.put(x[:rows]), device.put(target), grad_scale=0.5)
+    error = f64(x[:rows]) - f64(target)
+    return {"gathered": (gathered.numpy(), ref_gathered, 0.0), "scattered": (scattered.numpy(), ref_scattered, 1e-7),
+            "mse": (losses.numpy(), (error ** 2).mean(1), 1e-6), "dpred": (dpred.numpy(), error / width, 1e-6)}
 
 
 def case_adamw(device: uform.Device, seed: int, size: int, steps: int):
@@ -324,10 +358,15 @@ def all_cases():
                               dict(batch=b, seq_len=t, heads=h, kv_heads=kv, head_dim=d, causal=causal,
                                    segmented=segmented)))
     for tokens, heads, d in ((1, 1, 2), (13, 3, 8), (40, 4, 64)):
-        cases.append((f"rotary-{tokens}x{heads}x{d}", case_rotary, dict(tokens=tokens, heads=heads, head_dim=d)))
+        for axes in (1, 3):
+            cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,
+                          dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
     for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
-        cases.append((f"embedding-{tokens}-{vocab}x{width}", case_embedding,
-                      dict(tokens=tokens, vocab=vocab, width=width)))
+        for with_rows in (False, True):
+            cases.append((f"embedding-{tokens}-{vocab}x{width}-rows{int(with_rows)}", case_embedding,
+                          dict(tokens=tokens, vocab=vocab, width=width, with_rows=with_rows)))
+    for tokens, rows, width in ((1, 1, 1), (40, 17, 48), (300, 129, 768)):
+        cases.append((f"rows-{tokens}-{rows}x{width}", case_rows, dict(tokens=tokens, rows=rows, width=width)))
     for segments, width in ((1, 8), (5, 64), (40, 200)):
         cases.append((f"pooling-{segments}x{width}", case_pooling, dict(segments=segments, width=width)))
     for rows, width, stride in ((1, 8, 8), (7, 64, 128), (33, 200, 200)):

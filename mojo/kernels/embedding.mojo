@@ -1,6 +1,6 @@
 """Embedding gather and its deterministic backward.
 
-    forward:   out[t, :] = table[ids[t], :]                                  (one body per token)
+    forward:   out[t, :] = table[ids[t], :] (+ rows[row_of[t], :] where row_of[t] ≥ 0)   (one body per token)
     backward:  dtable[v, c] (+)= Σ_{t : ids[t] = v, t ascending} dout[t, c]   (one body per (id, column))
 
 The backward needs no atomics: the host hands the tokens grouped by id (a stable
@@ -10,16 +10,23 @@ own group in that order, one column per task so neighbouring tasks read neighbou
 
 from engine.launch import Args, Interface
 
-comptime EMBEDDING_FORWARD = Interface("out table ids", "width", "")
+comptime EMBEDDING_FORWARD = Interface("out table ids rows row_of", "width", "")
 
 
 def embedding_forward(t: Int, args: Args):
+    """rows and row_of are optional: the media tokens add their patch embedding to their modality's id row."""
     var W = args.size(0)
     var out = args.f32(0).unsafe_offset(t * W)
     var row = Int(args.i32(2).unsafe_load(t))
     var source = args.f32(1).unsafe_offset(row * W)
-    for i in range(W):
-        out.unsafe_store(i, source.unsafe_load(i))
+    var extra = Int(args.i32(4).unsafe_load(t)) if args.given(4) else -1
+    if extra >= 0:
+        var added = args.f32(3).unsafe_offset(extra * W)
+        for i in range(W):
+            out.unsafe_store(i, source.unsafe_load(i) + added.unsafe_load(i))
+    else:
+        for i in range(W):
+            out.unsafe_store(i, source.unsafe_load(i))
 
 
 comptime EMBEDDING_BACKWARD = Interface("dtable d_out order offsets", "width accumulate", "")

@@ -6,26 +6,43 @@ the host in float64 and rounded once, so both devices read the same bits):
     x1' = x1·cos − x2·sin        x2' = x2·cos + x1·sin        (x1 = x[i], x2 = x[i + D/2])
 The backward rotation is the same with sin negated.
 x [N, H·D] rotates in place; cos and sin are [P, D/2]; direction is +1 forward, −1 backward.
+
+Positions have `axes` columns: 1 (a sequence), or 3 (time, row, column: images and video). With
+three, the D/2 pairs are cut into sections, pair i reading the position on its section's axis:
+time the first ⌊D/8⌋ pairs, row the next ⌊(D/2 − ⌊D/8⌋)/2⌋, column the rest (M-RoPE's split). A
+token whose three positions are equal (text) rotates exactly as with one axis.
 """
 
 from engine.launch import Args, Interface
 
-comptime ROTARY = Interface("x positions cos sin", "heads head_dim", "direction")
+comptime ROTARY = Interface("x positions cos sin", "heads head_dim axes", "direction")
+
+
+@always_inline
+def axis_of_pair(i: Int, half: Int, axes: Int) -> Int:
+    """Which position column pair i of a head reads."""
+    if axes == 1:
+        return 0
+    var time_pairs = half // 4
+    var row_pairs = (half - time_pairs) // 2
+    return 0 if i < time_pairs else (1 if i < time_pairs + row_pairs else 2)
 
 
 def rotary(task: Int, args: Args):
     var H = args.size(0)
     var D = args.size(1)
+    var axes = args.size(2)
     var direction = args.scalar(0)
     var half = D // 2
     var token = task // H
     var x = args.f32(0).unsafe_offset(task * D)
-    var position = Int(args.i32(1).unsafe_load(token))
-    var cos = args.f32(2).unsafe_offset(position * half)
-    var sin = args.f32(3).unsafe_offset(position * half)
+    var positions = args.i32(1).unsafe_offset(token * axes)
+    var cos = args.f32(2)
+    var sin = args.f32(3)
     for i in range(half):
-        var c = cos.unsafe_load(i)
-        var s = sin.unsafe_load(i) * direction
+        var position = Int(positions.unsafe_load(axis_of_pair(i, half, axes)))
+        var c = cos.unsafe_load(position * half + i)
+        var s = sin.unsafe_load(position * half + i) * direction
         var x1 = x.unsafe_load(i)
         var x2 = x.unsafe_load(i + half)
         x.unsafe_store(i, x1 * c - x2 * s)

@@ -316,21 +316,30 @@ def rotary_tables(max_positions: int, head_dim: int, base: float = 10000.0) -> t
 
 
 def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int, head_dim: int,
-           inverse: bool = False) -> None:
-    """Rotate each head vector of x in place by its token's position (inverse: the backward)."""
-    tokens = positions.size
+           inverse: bool = False, axes: int = 1) -> None:
+    """Rotate each head vector of x in place by its token's position (inverse: the backward). positions is
+    int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo)."""
+    if axes not in (1, 3):
+        raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
+    tokens = positions.size // axes
     _expect(x, "x", tokens * heads * head_dim)
-    _expect(positions, "positions", tokens, np.int32)
+    _expect(positions, "positions", tokens * axes, np.int32)
     _launch("rotary", tokens * heads, x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim,
-            direction=-1.0 if inverse else 1.0)
+            axes=axes, direction=-1.0 if inverse else 1.0)
 
 
 # ---- embedding ---------------------------------------------------------------------------------
 
-def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int) -> None:
+def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int, *, rows: Buffer | None = None,
+                      row_of: Buffer | None = None) -> None:
+    """out[t] = table[ids[t]], plus rows[row_of[t]] where row_of[t] ≥ 0 (rows and row_of: both or neither)."""
     _expect(ids, "ids", ids.size, np.int32)
     _expect(out, "out", ids.size * width)
-    _launch("embedding_forward", ids.size, out=out, table=table, ids=ids, width=width)
+    if (rows is None) != (row_of is None):
+        raise ValueError("embedding_forward takes rows and row_of together")
+    if row_of is not None:
+        _expect(row_of, "row_of", ids.size, np.int32)
+    _launch("embedding_forward", ids.size, out=out, table=table, ids=ids, rows=rows, row_of=row_of, width=width)
 
 
 def embedding_groups(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -351,6 +360,34 @@ def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Bu
     _expect(d_out, "d_out", order.size * width)
     _launch("embedding_backward", vocab * width, dtable=dtable, d_out=d_out, order=order, offsets=offsets, width=width,
             accumulate=accumulate)
+
+
+# ---- rows of the media heads --------------------------------------------------------------------
+
+def gather_rows(out: Buffer, x: Buffer, index: Buffer, width: int) -> None:
+    """out[r] = x[index[r]], or zeros where index[r] < 0."""
+    _expect(index, "index", index.size, np.int32)
+    _expect(out, "out", index.size * width)
+    _launch("gather_rows", index.size, out=out, x=x, index=index, width=width)
+
+
+def scatter_rows(out: Buffer, x: Buffer, index: Buffer, width: int, *, accumulate: bool = False) -> None:
+    """out[index[r]] (+)= x[r]; the indices must be distinct and non-negative."""
+    _expect(index, "index", index.size, np.int32)
+    _expect(x, "x", index.size * width)
+    _launch("scatter_rows", index.size, out=out, x=x, index=index, width=width, accumulate=accumulate)
+
+
+def mse_rows(losses: Buffer, dpred: Buffer | None, pred: Buffer, target: Buffer, *, grad_scale: float = 1.0) -> None:
+    """Per row: loss = mean over the row of (pred − target)²; dpred = (pred − target)·2·grad_scale/width."""
+    rows = losses.size
+    width = pred.size // max(rows, 1)
+    _expect(pred, "pred", rows * width)
+    _expect(target, "target", rows * width)
+    if dpred is not None:
+        _expect(dpred, "dpred", rows * width)
+    _launch("mse_rows", rows, losses=losses, dpred=dpred, pred=pred, target=target, width=width,
+            grad_scale=grad_scale)
 
 
 # ---- AdamW ----------------------------------------------------------------------------------------

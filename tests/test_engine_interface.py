@@ -1,0 +1,31 @@
+"""The engine's interface: kernels declare their operands by name in Mojo, Python passes them by name."""
+
+import numpy as np
+import pytest
+
+import uform
+from uform import kernels as K
+from uform.engine import _engine
+
+
+def test_every_interface_names_a_registered_kernel_with_distinct_operands():
+    for kernel, (buffers, sizes, scalars) in _engine.KERNEL_INTERFACES.items():
+        assert callable(getattr(_engine, kernel)), kernel
+        names = buffers.split() + sizes.split() + scalars.split()
+        assert len(names) == len(set(names)), f"{kernel}: an operand named twice in {names}"
+
+
+def test_engine_facts_are_read_from_the_engine():
+    facts = _engine.FACTS
+    assert list(K.UNARY_OPS) == facts["unary_ops"] and list(K.UNARY_OPS.values()) == list(range(len(K.UNARY_OPS)))
+    assert K.ATTENTION_HEAD_DIMS == tuple(facts["attention_head_dims"])
+    assert (K.COLUMN_CHUNK, K.FORM_WEIGHTED_SIGMOID, K.FORM_RANKED) == (
+        facts["column_chunk"], facts["form_weighted_sigmoid"], facts["form_ranked"])
+
+
+def test_an_unknown_operand_name_is_refused_before_launch():
+    device = uform.Device.cpu()
+    y = device.put(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="has no operand \\['z'\\]"):
+        K._launch("add", 4, y=y, a=y, z=y)
+    assert np.all(y.numpy() == 0)
