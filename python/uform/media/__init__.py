@@ -1,16 +1,32 @@
-"""The host side of image and video items: decoding them to pixels.
+"""The host side of image and video items: decoding, patches and tubes, masks, a decoding pool, a demo set.
 
-Read in this order:
+Read in this order (``docs/media.md`` holds every rule in one place):
 
 - :mod:`.formats` -- :func:`sniff_format`, a file's format from its signature.
 - :mod:`.items` -- what a media item may be; every refusal names the item.
 - :mod:`.images` -- :func:`decode_image`, an IMAGE item to RGBA uint8 pixels.
 - :mod:`.video` -- :func:`decode_video`, a VIDEO item to RGB uint8 frames.
+- :mod:`.patches` -- :func:`image_patches` and :func:`video_tubes`: pixels to
+  :class:`Patches` (inputs, MAE targets, positions), downscaled or truncated to fit.
+- :mod:`.prepare` -- :func:`prepare_image` and :func:`prepare_video`: one item's whole
+  host path, decoding then patches, for the run's shape.
+- :mod:`.masking` -- :func:`mask_patches`, the keyed choice of masked patches.
+- :mod:`.batch` -- :func:`batch_patches`, a step's items back to back as a :class:`PatchBatch`.
+
+Audio items have their own modules beside these: :mod:`.audio` and :mod:`.sounds`.
 """
 
+from .batch import PatchBatch, batch_patches
 from .formats import IMAGE_FORMATS, VIDEO_FORMATS, sniff_format
 from .images import MAX_IMAGE_PIXELS, decode_image
+from .masking import mask_patches, masked_count
+from .patches import Patches, fitted_size, image_patches, video_tubes
+from .prepare import prepare_image, prepare_video
 from .video import MAX_VIDEO_PIXELS, VIDEO_CODECS, decode_video
 
-__all__ = ["IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_VIDEO_PIXELS", "VIDEO_CODECS", "VIDEO_FORMATS", "decode_image",
-           "decode_video", "sniff_format"]
+__all__ = [
+    "IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_VIDEO_PIXELS", "VIDEO_CODECS", "VIDEO_FORMATS", "PatchBatch",
+    "Patches", "batch_patches", "decode_image",
+    "decode_video", "fitted_size", "image_patches", "mask_patches", "masked_count", "prepare_image",
+    "prepare_video", "sniff_format", "video_tubes",
+]
