@@ -13,6 +13,7 @@ Read in this order (``docs/media.md`` holds every rule in one place):
 - :mod:`.masking` -- :func:`mask_patches`, the keyed choice of masked patches.
 - :mod:`.batch` -- :func:`batch_patches`, a step's items back to back as a :class:`PatchBatch`.
 - :mod:`.pool` -- :class:`DecodePool`, decoding on threads while the device works.
+- :mod:`.shapes` -- :func:`shape_pairs`, captioned shapes for demos.
 
 Audio items have their own modules beside these: :mod:`.audio` and :mod:`.sounds`.
 """
@@ -24,11 +25,12 @@ from .masking import mask_patches, masked_count
 from .patches import Patches, fitted_size, image_patches, video_tubes
 from .pool import DecodeJob, DecodePool
 from .prepare import prepare_image, prepare_video
+from .shapes import ShapeScene, all_scenes, shape_pairs
 from .video import MAX_VIDEO_PIXELS, VIDEO_CODECS, decode_video
 
 __all__ = [
     "IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_VIDEO_PIXELS", "VIDEO_CODECS", "VIDEO_FORMATS", "DecodeJob",
-    "DecodePool", "PatchBatch", "Patches", "batch_patches", "decode_image",
+    "DecodePool", "PatchBatch", "Patches", "ShapeScene", "all_scenes", "batch_patches", "decode_image",
     "decode_video", "fitted_size", "image_patches", "mask_patches", "masked_count", "prepare_image",
-    "prepare_video", "sniff_format", "video_tubes",
+    "prepare_video", "shape_pairs", "sniff_format", "video_tubes",
 ]
