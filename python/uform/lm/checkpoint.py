@@ -6,7 +6,7 @@ A training state is a dict::
      "config": {LanguageModelConfig fields},
      "hyperparameters": {"lr", "betas": (b1, b2), "eps", "weight_decay"},
      "step": completed steps (int >= 0),
-     "parameters", "m", "v": float32 arrays of config n_total values,
+     "parameters", "m", "v": float32 arrays of config n_total values,  # uform.nn.resident.HostState
      "data_schedule": dict, "metadata": dict}       # small, JSON round-trippable
 
 JSON checkpoint (at most 2 MiB): one canonical JSON object (sorted keys, no
@@ -30,19 +30,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import json
 import math
 import os
-import tempfile
 
 import numpy as np
 
+from ..files import write_atomically
+from ..nn.resident import STATE_ARRAYS
 from .config import LanguageModelConfig
 
 FORMAT = "uform.lm/1"
-ARRAYS = ("parameters", "m", "v")
+ARRAYS = STATE_ARRAYS
 STATE_KEYS = frozenset({"format", "config", "hyperparameters", "step", "data_schedule", "metadata", *ARRAYS})
 HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay")
 JSON_LIMIT_BYTES = 2 * 1024 * 1024
@@ -169,27 +169,6 @@ def _header_fields(state: dict) -> dict:
     return fields
 
 
-def _atomic_write(path, chunks) -> str:
-    """Write chunks to a temporary file beside path, then rename it over path; returns the SHA-256."""
-    path = os.fspath(path)
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                                     prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                digest.update(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    return digest.hexdigest()
-
-
 def _le_bytes(array: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(array, dtype=_DTYPE)).cast("B")
 
@@ -227,7 +206,7 @@ def encode_json_checkpoint(state) -> bytes:
 
 def write_json_checkpoint(path, state) -> None:
     """Write the JSON checkpoint of a state to path atomically."""
-    _atomic_write(path, [encode_json_checkpoint(state)])
+    write_atomically(path, [encode_json_checkpoint(state)])
 
 
 def read_json_checkpoint_bytes(encoded: bytes) -> dict:
@@ -283,8 +262,12 @@ def write_binary_checkpoint(path, state) -> str:
         offset += data.nbytes
     header["sha256"] = _digest(header)
     encoded = _canonical(header)
-    prefix = BINARY_MAGIC + len(encoded).to_bytes(8, "little")
-    return _atomic_write(path, [prefix, encoded, *(_le_bytes(state[name]) for name in ARRAYS)])
+    chunks = [BINARY_MAGIC + len(encoded).to_bytes(8, "little"), encoded, *(_le_bytes(state[name]) for name in ARRAYS)]
+    file_digest = hashlib.sha256()
+    for chunk in chunks:
+        file_digest.update(chunk)
+    write_atomically(path, chunks)
+    return file_digest.hexdigest()
 
 
 def _binary_header(encoded: bytes) -> tuple[dict, LanguageModelConfig]:

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..nn.resident import named_tensors, registry_size, tensor_registry
+from ..nn.transformer import StackGeometry
+
 _INT_FIELDS = ("batch", "length", "width", "heads", "kv_heads", "mlp", "vocab_size", "layers")
 _FLOAT_FIELDS = ("rope_base", "norm_eps")
 
@@ -88,8 +91,13 @@ class LanguageModelConfig:
     @property
     def n_total(self) -> int:
         """Number of values in the flat parameter vector."""
-        last = parameter_registry(self)[-1]
-        return last["offset"] + last["size"]
+        return registry_size(parameter_registry(self))
+
+    def stack(self) -> StackGeometry:
+        """The geometry of the model's causal, grouped-query transformer stack."""
+        return StackGeometry(width=self.width, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                             mlp=self.mlp, layers=self.layers, norm_eps=self.norm_eps, rope_base=self.rope_base,
+                             causal=True)
 
     def to_dict(self) -> dict:
         """The fields as a JSON-serialisable dict."""
@@ -123,27 +131,8 @@ def parameter_registry(shape: LanguageModelConfig | None = None) -> list[dict]:
     offsets are contiguous, so the last ``offset + size`` is ``shape.n_total``.
     """
     c = _config(shape)
-    q_width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
-    shapes = [("embedding", (c.vocab_size, c.width))]
-    for i in range(c.layers):
-        p = f"layers.{i}."
-        shapes += [
-            (p + "attention_norm", (c.width,)),
-            (p + "wq", (c.width, q_width)),
-            (p + "wk", (c.width, kv_width)),
-            (p + "wv", (c.width, kv_width)),
-            (p + "wo", (q_width, c.width)),
-            (p + "mlp_norm", (c.width,)),
-            (p + "w_up", (c.width, c.mlp)),
-            (p + "w_down", (c.mlp, c.width)),
-        ]
-    shapes.append(("head", (c.width, c.vocab_size)))
-    registry, offset = [], 0
-    for name, dims in shapes:
-        size = math.prod(dims)
-        registry.append({"name": name, "shape": dims, "offset": offset, "size": size})
-        offset += size
-    return registry
+    return tensor_registry([("embedding", (c.vocab_size, c.width)), *c.stack().tensor_shapes(),
+                            ("head", (c.width, c.vocab_size))])
 
 
 def split_parameters(flat, shape: LanguageModelConfig | None = None) -> dict[str, np.ndarray]:
@@ -154,10 +143,10 @@ def split_parameters(flat, shape: LanguageModelConfig | None = None) -> dict[str
     """
     registry = parameter_registry(_config(shape))
     flat = np.asarray(flat)
-    n_total = registry[-1]["offset"] + registry[-1]["size"]
+    n_total = registry_size(registry)
     if flat.shape != (n_total,):
         raise ValueError(f"flat parameters must have shape ({n_total},), got {flat.shape}")
-    return {r["name"]: flat[r["offset"]:r["offset"] + r["size"]].reshape(r["shape"]) for r in registry}
+    return named_tensors(flat, registry)
 
 
 def flatten_parameters(named: dict, shape: LanguageModelConfig | None = None) -> np.ndarray:
@@ -174,7 +163,7 @@ def flatten_parameters(named: dict, shape: LanguageModelConfig | None = None) ->
     extra = sorted(map(str, named.keys() - set(expected)))
     if missing or extra:
         raise ValueError(f"parameter names do not match the registry: missing {missing}, unknown {extra}")
-    flat = np.empty(registry[-1]["offset"] + registry[-1]["size"], dtype=np.float32)
+    flat = np.empty(registry_size(registry), dtype=np.float32)
     for r in registry:
         tensor = np.asarray(named[r["name"]])
         if tensor.shape != r["shape"]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import engine
 from ..executor import default_executor, executor_from, numeric_mode
+from ..nn.resident import AdamW, HostState
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .model import DeviceModel
@@ -52,7 +53,7 @@ class LanguageModelTrainer:
             "format": ckpt.FORMAT, "config": shape.to_dict(),
             "hyperparameters": {"lr": lr, "betas": list(betas) if isinstance(betas, (list, tuple)) else betas,
                                 "eps": eps, "weight_decay": weight_decay},
-            "step": 0, "parameters": flat, "m": np.zeros_like(flat), "v": np.zeros_like(flat),
+            "step": 0, **HostState.starting(flat).arrays(),
             "data_schedule": data_schedule, "metadata": {},
         }, shape)
         self._executor = default_executor() if executor is None else executor_from(executor)
@@ -105,9 +106,10 @@ class LanguageModelTrainer:
     def _open(self) -> DeviceModel:
         """The device model, opened from the host state if no session is open."""
         if self._model is None:
-            s = self._state
-            self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, s["parameters"],
-                                                                s["m"], s["v"]))
+            s, h = self._state, self._state["hyperparameters"]
+            state = HostState(s["parameters"], s["m"], s["v"])
+            adamw = AdamW(betas=h["betas"], eps=h["eps"], weight_decay=h["weight_decay"])
+            self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, state, adamw))
         return self._model
 
     def _engine_call(self, call):
@@ -124,8 +126,7 @@ class LanguageModelTrainer:
     def _sync_host(self) -> None:
         """Bring the resident state back into the host state."""
         if self._model is not None:
-            parameters, m, v = self._engine_call(self._model.download_state)
-            self._state.update(parameters=parameters, m=m, v=v)
+            self._state.update(self._engine_call(self._model.download_state).arrays())
 
     # ---- ids ------------------------------------------------------------------------------------------
 
@@ -156,22 +157,20 @@ class LanguageModelTrainer:
         self._check_alive()
         ids = self._train_ids(ids, "train_step")
         model = self._open()
-        h = self._state["hyperparameters"]
         step = self._state["step"] + 1
 
         def run():
-            io = model.forward(ids[:, :-1])
-            return io, model.losses(io, ids[:, 1:], with_gradient=True)
+            buffers = model.forward(ids[:, :-1])
+            return buffers, model.losses(buffers, ids[:, 1:], with_gradient=True)
 
-        io, losses = self._engine_call(run)
+        buffers, losses = self._engine_call(run)
         loss = float(np.sum(losses, dtype=np.float64) / losses.size)
         if not math.isfinite(loss):
             self._gradient_ready = False
             self._close_if_stateless()
             raise RuntimeError(f"train_step: the loss is not finite ({loss}); the step was rolled back")
-        self._engine_call(lambda: model.backward(io, ids[:, :-1]))
-        self._engine_call(lambda: model.adamw(step=step, lr=h["lr"], betas=h["betas"], eps=h["eps"],
-                                              weight_decay=h["weight_decay"]))
+        self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
+        self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
         self._state["step"] = step
         self._gradient_ready = True
         result = {"loss": loss, "step": step, "completed_steps": step, "next_batch_index": step}
@@ -215,7 +214,7 @@ class LanguageModelTrainer:
         ids = self._ids(array, length=length, what="logits", max_batch=LOGITS_MAX_BATCH)
         real = self._lengths(lengths, batch, length)
         model = self._open()
-        out = self._engine_call(lambda: model.forward(ids)["logits"].numpy()).reshape(batch, length, c.vocab_size)
+        out = self._engine_call(lambda: model.forward(ids).head.logits.numpy()).reshape(batch, length, c.vocab_size)
         self._close_if_stateless()
         # Causal attention and row-wise kernels make a real position's logits independent of what follows it,
         # so the row's padding cannot reach them; padding positions themselves answer +0.0.

@@ -8,19 +8,34 @@ Block i, on the residual stream h of N tokens × width:
 
 Both trainers use it: the byte language model (causal, grouped-query) and the text encoder
 (bidirectional inside packed segments). The stack reads its weights and writes its gradients as
-views into the caller's flat buffers, keyed by the names of LAYER_TENSORS.
+``LayerTensors``: views into the model's flat parameters and gradient (``layer_tensors``). Its
+activations and scratch are ``StackBuffers``, made once per token count.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, fields
 
 from .. import kernels as K
 from ..engine import Buffer, Device
 
-LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_up", "w_down")
+
+@dataclass
+class LayerTensors:
+    """One block's tensors, by their names in the registry (``layers.{i}.<field>``): the weights as views
+    into a model's flat parameters, or their gradients as views into its flat gradient."""
+
+    attention_norm: Buffer
+    wq: Buffer
+    wk: Buffer
+    wv: Buffer
+    wo: Buffer
+    mlp_norm: Buffer
+    w_up: Buffer
+    w_down: Buffer
+
+
+LAYER_TENSORS = tuple(field.name for field in fields(LayerTensors))
 
 
 @dataclass(frozen=True)
@@ -43,11 +58,83 @@ class StackGeometry:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
-    def layer_shapes(self) -> dict[str, tuple[int, ...]]:
+    def tensor_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Every block's tensors as (registry name, shape), in flat order: layers.{i}.<LAYER_TENSORS>."""
         w = self.width
-        return {"attention_norm": (w,), "wq": (w, self.q_width), "wk": (w, self.kv_width),
-                "wv": (w, self.kv_width), "wo": (self.q_width, w), "mlp_norm": (w,),
-                "w_up": (w, self.mlp), "w_down": (self.mlp, w)}
+        layer = {"attention_norm": (w,), "wq": (w, self.q_width), "wk": (w, self.kv_width),
+                 "wv": (w, self.kv_width), "wo": (self.q_width, w), "mlp_norm": (w,),
+                 "w_up": (w, self.mlp), "w_down": (self.mlp, w)}
+        return [(f"layers.{i}.{name}", layer[name]) for i in range(self.layers) for name in LAYER_TENSORS]
+
+
+@dataclass
+class LayerActivations:
+    """What one block's forward keeps for its backward, over n tokens (h_in: the block's input)."""
+
+    h_in: Buffer
+    a: Buffer
+    rstd1: Buffer
+    q: Buffer
+    k: Buffer
+    v: Buffer
+    o: Buffer
+    lse: Buffer
+    h_mid: Buffer
+    m: Buffer
+    rstd2: Buffer
+    u: Buffer
+    s: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, g: StackGeometry, n: int) -> LayerActivations:
+        return cls(h_in=device.empty((n, g.width)), a=device.empty((n, g.width)), rstd1=device.empty(n),
+                   q=device.empty((n, g.q_width)), k=device.empty((n, g.kv_width)), v=device.empty((n, g.kv_width)),
+                   o=device.empty((n, g.q_width)), lse=device.empty((n, g.heads)), h_mid=device.empty((n, g.width)),
+                   m=device.empty((n, g.width)), rstd2=device.empty(n), u=device.empty((n, g.mlp)),
+                   s=device.empty((n, g.mlp)))
+
+
+@dataclass
+class StackWork:
+    """The stack's output and the scratch its passes share across blocks, over n tokens.
+
+    dh carries the gradient at the stack's output into the backward and the gradient at its input out of
+    it; dgain_rows and partial also serve the caller's final norm."""
+
+    h_out: Buffer
+    dh: Buffer
+    dx: Buffer
+    scratch: Buffer
+    dgain_rows: Buffer
+    partial: Buffer
+    dq: Buffer
+    dk: Buffer
+    dv: Buffer
+    do: Buffer
+    delta: Buffer
+    du: Buffer
+    ds: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, g: StackGeometry, n: int) -> StackWork:
+        return cls(h_out=device.empty((n, g.width)), dh=device.empty((n, g.width)), dx=device.empty((n, g.width)),
+                   scratch=device.empty((n, g.width)), dgain_rows=device.empty((n, g.width)),
+                   partial=K.column_sum_workspace(device, n, g.width), dq=device.empty((n, g.q_width)),
+                   dk=device.empty((n, g.kv_width)), dv=device.empty((n, g.kv_width)), do=device.empty((n, g.q_width)),
+                   delta=device.empty((n, g.heads)), du=device.empty((n, g.mlp)), ds=device.empty((n, g.mlp)))
+
+
+@dataclass
+class StackBuffers:
+    """Every block's activations and the shared work buffers, for one token count."""
+
+    layers: list[LayerActivations]
+    work: StackWork
+
+    @property
+    def input(self) -> Buffer:
+        """Where the caller writes the embedded input."""
+        return self.layers[0].h_in if self.layers else self.work.h_out
 
 
 class TransformerStack:
@@ -58,118 +145,91 @@ class TransformerStack:
         self.geometry = geometry
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
-        self._buffers: dict[int, tuple[list, dict]] = {}
+        self._buffers: dict[int, StackBuffers] = {}
 
-    def buffers(self, n: int) -> tuple[list[dict], dict]:
-        """Per-layer activations (h_in is each block's input) and shared backward scratch for n tokens."""
+    def buffers(self, n: int) -> StackBuffers:
+        """The activations and work buffers for n tokens, made on first use."""
         if n not in self._buffers:
             g, d = self.geometry, self.device
-            layers = [dict(h_in=d.empty((n, g.width)), a=d.empty((n, g.width)), rstd1=d.empty(n),
-                           q=d.empty((n, g.q_width)), k=d.empty((n, g.kv_width)), v=d.empty((n, g.kv_width)),
-                           o=d.empty((n, g.q_width)), lse=d.empty((n, g.heads)), h_mid=d.empty((n, g.width)),
-                           m=d.empty((n, g.width)), rstd2=d.empty(n), u=d.empty((n, g.mlp)),
-                           s=d.empty((n, g.mlp)))
-                      for _ in range(g.layers)]
-            work = dict(h_out=d.empty((n, g.width)), dh=d.empty((n, g.width)), dx=d.empty((n, g.width)),
-                        scratch=d.empty((n, g.width)), dgain_rows=d.empty((n, g.width)),
-                        partial=K.column_sum_workspace(d, n, g.width), dq=d.empty((n, g.q_width)),
-                        dk=d.empty((n, g.kv_width)), dv=d.empty((n, g.kv_width)), do=d.empty((n, g.q_width)),
-                        delta=d.empty((n, g.heads)), du=d.empty((n, g.mlp)), ds=d.empty((n, g.mlp)))
-            self._buffers[n] = (layers, work)
+            self._buffers[n] = StackBuffers(layers=[LayerActivations.allocate(d, g, n) for _ in range(g.layers)],
+                                            work=StackWork.allocate(d, g, n))
         return self._buffers[n]
 
     def token_counts(self) -> list[int]:
         """The token counts whose buffers are held."""
         return list(self._buffers)
 
-    def input_buffer(self, n: int) -> Buffer:
-        """Where the caller writes the embedded input of n tokens."""
-        layers, work = self.buffers(n)
-        return layers[0]["h_in"] if layers else work["h_out"]
-
-    def _attention(self, spans: Buffer, work: dict | None = None) -> dict:
+    def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
         geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans)
-        if work is not None:
-            geometry["delta"] = work["delta"]
+        if delta is not None:
+            geometry["delta"] = delta
         return geometry
 
-    def forward(self, weights: list[dict[str, Buffer]], n: int, positions: Buffer, spans: Buffer) -> Buffer:
-        """Run every block over the input buffer, each token attending within its span
-        (kernels.attention_spans); answers the output of the last block."""
+    def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer) -> Buffer:
+        """Run every block over the input buffer (``buffers(n).input``), each token attending within its
+        span (kernels.attention_spans); answers the output of the last block."""
         g = self.geometry
-        layers, work = self.buffers(n)
-        scratch = work["scratch"]
+        buffers = self.buffers(n)
+        layers, work = buffers.layers, buffers.work
+        scratch = work.scratch
         for i, (w, b) in enumerate(zip(weights, layers)):
-            K.rmsnorm_forward(b["a"], b["rstd1"], b["h_in"], w["attention_norm"], g.norm_eps)
-            K.gemm(b["q"], b["a"], w["wq"], n, g.q_width, g.width)
-            K.gemm(b["k"], b["a"], w["wk"], n, g.kv_width, g.width)
-            K.gemm(b["v"], b["a"], w["wv"], n, g.kv_width, g.width)
-            K.rotary(b["q"], positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim)
-            K.rotary(b["k"], positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim)
-            K.attention_forward(b["o"], b["lse"], b["q"], b["k"], b["v"], **self._attention(spans))
-            K.gemm(scratch, b["o"], w["wo"], n, g.width, g.q_width)
-            K.add(b["h_mid"], b["h_in"], scratch)
-            K.rmsnorm_forward(b["m"], b["rstd2"], b["h_mid"], w["mlp_norm"], g.norm_eps)
-            K.gemm(b["u"], b["m"], w["w_up"], n, g.mlp, g.width)
-            K.silu(b["s"], b["u"])
-            K.gemm(scratch, b["s"], w["w_down"], n, g.width, g.mlp)
-            h_out = layers[i + 1]["h_in"] if i + 1 < g.layers else work["h_out"]
-            K.add(h_out, b["h_mid"], scratch)
-        return work["h_out"]
+            K.rmsnorm_forward(b.a, b.rstd1, b.h_in, w.attention_norm, g.norm_eps)
+            K.gemm(b.q, b.a, w.wq, n, g.q_width, g.width)
+            K.gemm(b.k, b.a, w.wk, n, g.kv_width, g.width)
+            K.gemm(b.v, b.a, w.wv, n, g.kv_width, g.width)
+            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim)
+            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim)
+            K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
+            K.gemm(scratch, b.o, w.wo, n, g.width, g.q_width)
+            K.add(b.h_mid, b.h_in, scratch)
+            K.rmsnorm_forward(b.m, b.rstd2, b.h_mid, w.mlp_norm, g.norm_eps)
+            K.gemm(b.u, b.m, w.w_up, n, g.mlp, g.width)
+            K.silu(b.s, b.u)
+            K.gemm(scratch, b.s, w.w_down, n, g.width, g.mlp)
+            h_out = layers[i + 1].h_in if i + 1 < g.layers else work.h_out
+            K.add(h_out, b.h_mid, scratch)
+        return work.h_out
 
-    def backward(self, weights: list[dict[str, Buffer]], grads: list[dict[str, Buffer]], n: int,
-                 positions: Buffer, spans: Buffer) -> Buffer:
-        """From work["dh"] (the gradient at the stack's output) to the gradient at its input, also in
-        work["dh"]; every weight's gradient is overwritten in `grads`."""
+    def backward(self, weights: list[LayerTensors], grads: list[LayerTensors], n: int, positions: Buffer,
+                 spans: Buffer) -> Buffer:
+        """From work.dh (the gradient at the stack's output) to the gradient at its input, also in work.dh;
+        every weight's gradient is overwritten in `grads`."""
         g = self.geometry
-        layers, work = self.buffers(n)
-        dh, dx, dgain_rows, partial = work["dh"], work["dx"], work["dgain_rows"], work["partial"]
-        dq, dk, dv, do, du, ds = (work[name] for name in ("dq", "dk", "dv", "do", "du", "ds"))
-        attention = self._attention(spans, work)
+        buffers = self.buffers(n)
+        work = buffers.work
+        dh, dx, dgain_rows, partial = work.dh, work.dx, work.dgain_rows, work.partial
+        dq, dk, dv, do, du, ds = work.dq, work.dk, work.dv, work.do, work.du, work.ds
+        attention = self._attention(spans, work.delta)
         for i in reversed(range(g.layers)):
-            w, gw, b = weights[i], grads[i], layers[i]
+            w, gw, b = weights[i], grads[i], buffers.layers[i]
             # h_out = h_mid + silu(m·w_up)·w_down
-            K.gemm(gw["w_down"], b["s"], dh, g.mlp, g.width, n, transpose_a=True)
-            K.gemm(ds, dh, w["w_down"], n, g.mlp, g.width, transpose_b=True)
-            K.silu_backward(du, b["u"], ds)
-            K.gemm(gw["w_up"], b["m"], du, g.width, g.mlp, n, transpose_a=True)
-            K.gemm(dx, du, w["w_up"], n, g.width, g.mlp, transpose_b=True)
-            K.rmsnorm_backward(dx, dgain_rows, dx, b["h_mid"], w["mlp_norm"], b["rstd2"])
-            K.column_sum(gw["mlp_norm"], dgain_rows, n, g.width, partial=partial)
+            K.gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True)
+            K.gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True)
+            K.silu_backward(du, b.u, ds)
+            K.gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True)
+            K.gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True)
+            K.rmsnorm_backward(dx, dgain_rows, dx, b.h_mid, w.mlp_norm, b.rstd2)
+            K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
-            K.gemm(gw["wo"], b["o"], dh, g.q_width, g.width, n, transpose_a=True)
-            K.gemm(do, dh, w["wo"], n, g.q_width, g.width, transpose_b=True)
-            K.attention_backward(dq, dk, dv, do, b["o"], b["lse"], b["q"], b["k"], b["v"], **attention)
+            K.gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True)
+            K.gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True)
+            K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
             K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True)
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True)
-            K.gemm(gw["wq"], b["a"], dq, g.width, g.q_width, n, transpose_a=True)
-            K.gemm(gw["wk"], b["a"], dk, g.width, g.kv_width, n, transpose_a=True)
-            K.gemm(gw["wv"], b["a"], dv, g.width, g.kv_width, n, transpose_a=True)
-            K.gemm(dx, dq, w["wq"], n, g.width, g.q_width, transpose_b=True)
-            K.gemm(dx, dk, w["wk"], n, g.width, g.kv_width, transpose_b=True, accumulate=True)
-            K.gemm(dx, dv, w["wv"], n, g.width, g.kv_width, transpose_b=True, accumulate=True)
-            K.rmsnorm_backward(dx, dgain_rows, dx, b["h_in"], w["attention_norm"], b["rstd1"])
-            K.column_sum(gw["attention_norm"], dgain_rows, n, g.width, partial=partial)
+            K.gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True)
+            K.gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True)
+            K.gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True)
+            K.gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True)
+            K.gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
+            K.gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
+            K.rmsnorm_backward(dx, dgain_rows, dx, b.h_in, w.attention_norm, b.rstd1)
+            K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)
         return dh
 
 
-def layer_views(views: dict[str, Buffer], layers: int) -> list[dict[str, Buffer]]:
-    """Per-layer dicts of the `layers.{i}.<name>` views of a flat buffer."""
-    return [{name: views[f"layers.{i}.{name}"] for name in LAYER_TENSORS} for i in range(layers)]
-
-
-def flat_views(flat: Buffer, registry: list[dict]) -> dict[str, Buffer]:
-    """Every tensor of a registry as a view into the flat buffer."""
-    return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in registry}
-
-
-def embedding_backward(dtable: Buffer, d_out: Buffer, ids: np.ndarray, order: Buffer, offsets: Buffer,
-                       width: int) -> None:
-    """The embedding gradient from the gradient at its output, grouping tokens by id on the host."""
-    order_host, offsets_host = K.embedding_groups(ids, offsets.size - 1)
-    order.write(order_host)
-    offsets.write(offsets_host)
-    K.embedding_backward(dtable, d_out, order, offsets, width)
+def layer_tensors(views: dict[str, Buffer], layers: int) -> list[LayerTensors]:
+    """Each block's tensors from a model's views by name (``layers.{i}.<name>``)."""
+    return [LayerTensors(**{name: views[f"layers.{i}.{name}"] for name in LAYER_TENSORS}) for i in range(layers)]

@@ -1,6 +1,7 @@
 """The Trainer's checkpoint: one safetensors file, written whole and renamed into place.
 
-Tensors, each float32 in the encoder's flat order (names from ``encoder_registry``):
+The Trainer's ``HostState`` (``uform.nn.resident``) as tensors, each float32 in the encoder's flat order
+(names from ``encoder_registry``):
 
     <name>                 the parameter (what a model load serves)
     optimizer.m.<name>     AdamW's first moment
@@ -18,19 +19,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict
 from enum import Enum
-from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save
 
+from ..files import write_atomically
+from ..nn.resident import STATE_ARRAYS, HostState, named_tensors, registry_size
 from .errors import ErrorCode, UFormError
 
 FORMAT = "uform.trainer/1"
-MOMENTS = ("optimizer.m.", "optimizer.v.")
+PREFIXES = {"parameters": "", "m": "optimizer.m.", "v": "optimizer.v."}
+"""The tensor-name prefix of each array of the HostState (STATE_ARRAYS)."""
 
 
 def run_json(run) -> str:
@@ -60,37 +62,23 @@ class Progress:
         return self.callback(done, self.total) is not False
 
 
-def write(path, registry: list[dict], state: tuple[np.ndarray, np.ndarray, np.ndarray], *, step: int, seed: int,
-          run: str, progress=None, progress_steps: int = 0) -> bool:
+def write(path, registry: list[dict], state: HostState, *, step: int, seed: int, run: str, progress=None,
+          progress_steps: int = 0) -> bool:
     """Write the checkpoint atomically; answers False (and writes nothing) if progress stopped it."""
-    parameters, m, v = state
     tensors = {}
-    reporter = Progress(progress, progress_steps, 3 * len(registry))
-    done = 0
-    for prefix, flat in (("", parameters), (MOMENTS[0], m), (MOMENTS[1], v)):
-        for entry in registry:
-            tensors[prefix + entry["name"]] = flat[entry["offset"]:entry["offset"] + entry["size"]].reshape(
-                entry["shape"])
-            done += 1
-            if not reporter.report(done):
+    reporter = Progress(progress, progress_steps, len(STATE_ARRAYS) * len(registry))
+    for array, flat in state.arrays().items():
+        for name, tensor in named_tensors(flat, registry).items():
+            tensors[PREFIXES[array] + name] = tensor
+            if not reporter.report(len(tensors)):
                 return False
-    encoded = save(tensors, metadata={"format": FORMAT, "step": str(step), "seed": str(seed), "run": run})
-    path = Path(os.fsdecode(path))
-    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=path.name + ".", suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(encoded)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, [save(tensors, metadata={"format": FORMAT, "step": str(step), "seed": str(seed),
+                                                    "run": run})])
     return True
 
 
 def read(path, registry: list[dict], *, run: str, seed: int, progress=None, progress_steps: int = 0):
-    """(parameters, m, v, step) of a checkpoint of this run's geometry and seed; None if progress stopped it."""
+    """(HostState, step) of a checkpoint of this run's geometry and seed; None if progress stopped it."""
     path = os.fsdecode(path)
     if not os.path.exists(path):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"resume: no checkpoint at {path}")
@@ -105,18 +93,17 @@ def read(path, registry: list[dict], *, run: str, seed: int, progress=None, prog
         if differing:
             raise UFormError(ErrorCode.CONFIG_MISMATCH,
                              f"resume: {path} was saved by a run of another geometry; differing: {differing}")
-        total = registry[-1]["offset"] + registry[-1]["size"]
-        arrays = [np.empty(total, np.float32) for _ in range(3)]
-        reporter = Progress(progress, progress_steps, 3 * len(registry))
+        arrays = {array: np.empty(registry_size(registry), np.float32) for array in STATE_ARRAYS}
+        reporter = Progress(progress, progress_steps, len(STATE_ARRAYS) * len(registry))
         done = 0
-        for prefix, flat in zip(("", *MOMENTS), arrays):
-            for entry in registry:
-                tensor = file.get_tensor(prefix + entry["name"])
-                if tensor.dtype != np.float32 or tensor.shape != tuple(entry["shape"]):
-                    raise UFormError(ErrorCode.CONFIG_MISMATCH, f"resume: tensor {prefix + entry['name']} is "
-                                     f"{tensor.dtype}{tensor.shape}, expected float32{tuple(entry['shape'])}")
-                flat[entry["offset"]:entry["offset"] + entry["size"]] = tensor.reshape(-1)
+        for array, flat in arrays.items():
+            for name, part in named_tensors(flat, registry).items():
+                tensor = file.get_tensor(PREFIXES[array] + name)
+                if tensor.dtype != np.float32 or tensor.shape != part.shape:
+                    raise UFormError(ErrorCode.CONFIG_MISMATCH, f"resume: tensor {PREFIXES[array] + name} is "
+                                     f"{tensor.dtype}{tensor.shape}, expected float32{part.shape}")
+                part[...] = tensor
                 done += 1
                 if not reporter.report(done):
                     return None
-    return (*arrays, int(metadata["step"]))
+    return HostState(**arrays), int(metadata["step"])

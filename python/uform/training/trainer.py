@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..executor import Executor
+from ..nn.resident import HostState, named_tensors
 from . import checkpoint
 from .arena import Arena
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
@@ -87,14 +88,14 @@ class Trainer:
                                      progress_steps=progress_steps)
             if loaded is None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
-            parameters, m, v, step = loaded
+            state, step = loaded
         else:
             contrastive_run = run.contrastive
-            parameters = initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
-                                            contrastive_run.bias)
-            m, v, step = np.zeros_like(parameters), np.zeros_like(parameters), 0
+            state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
+                                                          contrastive_run.bias))
+            step = 0
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
-        model = EncoderModel(executor.devices[0], geometry, parameters, m, v, widths)
+        model = EncoderModel(executor.devices[0], geometry, state, widths)
         return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
 
     # ---- receivers ----------------------------------------------------------------------------------------
@@ -135,9 +136,7 @@ class Trainer:
 
     def parameters(self) -> dict[str, np.ndarray]:
         """Every parameter tensor by name (a download)."""
-        flat = self._model.parameters.numpy()
-        return {e["name"]: flat[e["offset"]:e["offset"] + e["size"]].reshape(e["shape"]).copy()
-                for e in self._model.registry}
+        return named_tensors(self._model.parameters.numpy(), self._model.registry)
 
     # ---- the step ---------------------------------------------------------------------------------------------
 

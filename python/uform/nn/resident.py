@@ -1,0 +1,137 @@
+"""The resident training state of a model: parameters, gradient and AdamW moments on one device.
+
+A model keeps every parameter tensor in one flat float32 vector, laid out by its *registry*: one
+``{"name", "shape", "offset", "size"}`` dict per tensor, in flat order, each tensor a contiguous
+row-major slice (``tensor_registry`` builds it from names and shapes). ``ResidentState`` puts four
+such vectors on a device (the parameters, their gradient, AdamW's first and second moments), names
+every tensor of the first two as a view, and applies the AdamW update in place. The state enters
+and leaves the device whole, as a ``HostState`` of three flat arrays: both models are resident
+states with their passes on top (``uform.training.encoder.EncoderModel``, ``uform.lm.model.DeviceModel``),
+and both checkpoint formats write and read a ``HostState``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels as K
+from ..engine import Buffer, Device
+
+STATE_ARRAYS = ("parameters", "m", "v")
+"""The arrays of a HostState, in the order checkpoints store them."""
+
+
+def tensor_registry(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> list[dict]:
+    """Name, shape, offset and size of every tensor of (name, shape) pairs, laid end to end in that order."""
+    registry, offset = [], 0
+    for name, shape in shapes:
+        size = math.prod(shape)
+        registry.append({"name": name, "shape": shape, "offset": offset, "size": size})
+        offset += size
+    return registry
+
+
+def registry_size(registry: list[dict]) -> int:
+    """Values in the flat vector a registry lays out."""
+    return registry[-1]["offset"] + registry[-1]["size"] if registry else 0
+
+
+def named_tensors(flat, registry: list[dict]) -> dict:
+    """Every tensor of a flat host array (numpy, or torch) by name, as a view shaped by the registry."""
+    return {entry["name"]: flat[entry["offset"]:entry["offset"] + entry["size"]].reshape(entry["shape"])
+            for entry in registry}
+
+
+def every_tensor(name: str) -> bool:
+    """The default decay rule: weight decay applies to every tensor."""
+    return True
+
+
+@dataclass(frozen=True)
+class AdamW:
+    """AdamW's constant hyperparameters (PyTorch's form); the learning rate comes with each step.
+
+    The decoupled weight decay applies to the tensors `decays(name)` answers True for, and 0 to the rest."""
+
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    decays: Callable[[str], bool] = every_tensor
+
+
+@dataclass(frozen=True)
+class DecayRun:
+    """A contiguous run of the flat vector whose tensors all decay or all do not: one AdamW launch."""
+
+    offset: int
+    size: int
+    decays: bool
+
+
+def decay_runs(registry: list[dict], decays: Callable[[str], bool]) -> list[DecayRun]:
+    """The flat vector cut into maximal runs of neighbouring tensors with the same decay rule."""
+    runs: list[DecayRun] = []
+    for entry in registry:
+        decay = decays(entry["name"])
+        if runs and runs[-1].decays == decay:
+            runs[-1] = DecayRun(runs[-1].offset, runs[-1].size + entry["size"], decay)
+        else:
+            runs.append(DecayRun(entry["offset"], entry["size"], decay))
+    return runs
+
+
+@dataclass
+class HostState:
+    """The training state on the host: flat float32 parameters and AdamW moments, in registry order."""
+
+    parameters: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def starting(cls, parameters: np.ndarray) -> HostState:
+        """The state before the first step: these parameters, both moments zero."""
+        return cls(parameters, np.zeros_like(parameters), np.zeros_like(parameters))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The three arrays by their STATE_ARRAYS names."""
+        return {name: getattr(self, name) for name in STATE_ARRAYS}
+
+
+class ResidentState:
+    """Parameters, gradient and AdamW moments resident on `device` as flat buffers laid out by `registry`.
+
+    ``parameters``, ``gradients``, ``m`` and ``v`` are the flat buffers; ``weights[name]`` and
+    ``weight_grads[name]`` view one tensor of the parameters and of the gradient. A model's backward
+    overwrites the gradient; ``adamw`` then updates parameters and moments in place."""
+
+    def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW):
+        self.device = device
+        self.registry = registry
+        self.parameters = device.put(state.parameters)
+        self.gradients = device.zeros(state.parameters.size)
+        self.m = device.put(state.m)
+        self.v = device.put(state.v)
+        self.weights = self._views(self.parameters)
+        self.weight_grads = self._views(self.gradients)
+        self.optimizer = adamw
+        self.decay_runs = decay_runs(registry, adamw.decays)
+
+    def _views(self, flat: Buffer) -> dict[str, Buffer]:
+        return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
+
+    def download_state(self) -> HostState:
+        """Parameters and moments, copied to the host."""
+        return HostState(self.parameters.numpy(), self.m.numpy(), self.v.numpy())
+
+    def adamw(self, *, step: int, lr: float) -> None:
+        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
+        hyper = self.optimizer
+        for run in self.decay_runs:
+            K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
+                    self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
+                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0)

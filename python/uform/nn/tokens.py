@@ -1,0 +1,78 @@
+"""Tokens into the transformer stack and scores out of it, shared by both models.
+
+``TokenInputs`` holds one batch's ids, positions and attention spans on the device and runs the
+embedding forward and backward; ``CrossEntropyHead`` is a linear head scored by cross-entropy
+(the language model's next-byte head, the encoder's masked-byte head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels as K
+from ..engine import Buffer, Device
+
+
+@dataclass
+class TokenInputs:
+    """n tokens on the device: ids, positions, attention spans (kernels.attention_spans), and the
+    order and offsets that group tokens by id for the embedding backward."""
+
+    ids: Buffer
+    positions: Buffer
+    spans: Buffer
+    order: Buffer
+    offsets: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, n: int, vocabulary: int) -> TokenInputs:
+        return cls(ids=device.empty(n, np.int32), positions=device.empty(n, np.int32),
+                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
+                   offsets=device.empty(vocabulary + 1, np.int32))
+
+    def embed(self, out: Buffer, table: Buffer) -> None:
+        """out = table[ids], the rows of the embedding table."""
+        K.embedding_forward(out, table, self.ids, table.shape[1])
+
+    def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray) -> None:
+        """The embedding table's gradient from the gradient at its output; `ids` are the host copy of
+        the ids, grouped on the host."""
+        order, offsets = K.embedding_groups(ids, self.offsets.size - 1)
+        self.order.write(order)
+        self.offsets.write(offsets)
+        K.embedding_backward(dtable, d_out, self.order, self.offsets, dtable.shape[1])
+
+
+@dataclass
+class CrossEntropyHead:
+    """A linear head over n tokens scored by cross-entropy: logits = x·weight ([width, vocabulary]),
+    one loss per token against its target (a target < 0 is ignored)."""
+
+    targets: Buffer
+    logits: Buffer
+    dlogits: Buffer
+    losses: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, n: int, vocabulary: int) -> CrossEntropyHead:
+        return cls(targets=device.empty(n, np.int32), logits=device.empty((n, vocabulary)),
+                   dlogits=device.empty((n, vocabulary)), losses=device.empty(n))
+
+    def forward(self, x: Buffer, weight: Buffer) -> None:
+        n, vocabulary = self.logits.shape
+        K.gemm(self.logits, x, weight, n, vocabulary, weight.shape[0])
+
+    def score(self, targets: np.ndarray, *, grad_scale: float, with_gradient: bool) -> None:
+        """Each token's loss; with_gradient also dlogits, the gradient of grad_scale·Σ losses."""
+        self.targets.write(targets.reshape(-1))
+        K.cross_entropy(self.losses, self.dlogits if with_gradient else None, self.logits, self.targets,
+                        grad_scale=grad_scale)
+
+    def backward(self, dweight: Buffer, dx: Buffer, x: Buffer, weight: Buffer) -> None:
+        """The weight's gradient and the gradient at x (both overwritten), from dlogits."""
+        n, vocabulary = self.logits.shape
+        width = weight.shape[0]
+        K.gemm(dweight, x, self.dlogits, width, vocabulary, n, transpose_a=True)
+        K.gemm(dx, self.dlogits, weight, n, width, vocabulary, transpose_b=True)
