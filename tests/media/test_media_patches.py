@@ -72,7 +72,8 @@ def test_fitted_size_is_the_largest_that_fits(seed):
     # and that scale is the supremum of those whose unrounded grid fits
     scale = max(size[0] / height, size[1] / width)
     assert min(size[0] / height, size[1] / width) > scale - 1 / min(size)
-    assert grid_at_scale(height, width, p, scale * (1 - 1e-9)) <= room < grid_at_scale(height, width, p, scale * (1 + 1e-9))
+    below, above = (grid_at_scale(height, width, p, scale * (1 + nudge)) for nudge in (-1e-9, 1e-9))
+    assert below <= room < above
 
 
 def test_a_too_large_image_is_downscaled_with_pillow_bicubic():

@@ -27,7 +27,8 @@ def test_prepare_video_samples_with_the_shapes_stride_and_tubes(clips):
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: prepare_image(PNG, 6, shape=None, max_patches=4), "item 6: IMAGE items need a batch.image with a positive patch_side; the run has no batch.image"),
+    (lambda: prepare_image(PNG, 6, shape=None, max_patches=4),
+     "item 6: IMAGE items need a batch.image with a positive patch_side; the run has no batch.image"),
     (lambda: prepare_image(PNG, 6, shape=ImageShape(), max_patches=4), "the run has batch.image.patch_side 0"),
     (lambda: prepare_video(PNG, 6, shape=None, max_tubes=4), "item 6: VIDEO items need a batch.video"),
 ])

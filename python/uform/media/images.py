@@ -22,8 +22,8 @@ An IMAGE item is the bytes of a JPEG, PNG or WebP file, or an already decoded
 Refusals (``INVALID_ARGUMENT``, naming the item; see :mod:`.items`): bytes that are
 not a JPEG, PNG or WebP file (a video, a GIF, unrecognised bytes), a header Pillow
 cannot read (corrupt, truncated, or of zero width or height, which Pillow refuses
-at open), a body it cannot decode (corrupt or truncated), too many pixels, and an array that is not uint8, not three axes, empty, or of another
-channel count.
+at open), a body it cannot decode (corrupt or truncated), too many pixels, and an
+array that is not uint8, not three axes, empty, or of another channel count.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ def item_error(item: int, message: str) -> UFormError:
     return UFormError(ErrorCode.INVALID_ARGUMENT, f"item {item}: {message}")
 
 
-def encoded_format(content, item: int, modality: str, allowed: tuple[str, ...], allowed_words: str) -> tuple[bytes, str]:
+def encoded_format(content, item: int, modality: str, allowed: tuple[str, ...],
+                   allowed_words: str) -> tuple[bytes, str]:
     """``(bytes, format)`` of an encoded item whose signature is one of ``allowed``; refuses anything else.
 
     ``modality`` ("IMAGE") and ``allowed_words`` ("JPEG, PNG or WebP") word the refusal.

@@ -109,7 +109,7 @@ def _grid(height: int, width: int, patch_side: int) -> tuple[int, int]:
 
 
 def fitted_size(height: int, width: int, patch_side: int, max_patches: int) -> tuple[int, int]:
-    """``(height, width)`` an image is cut at: its own if its grid fits ``max_patches``, else the module doc's downscale."""
+    """``(height, width)`` an image is cut at: its own if its grid fits ``max_patches``, else the downscale."""
     _check_geometry(patch_side, max_patches)
     rows, columns = _grid(height, width, patch_side)
     if rows * columns <= max_patches:
@@ -128,12 +128,10 @@ def fitted_size(height: int, width: int, patch_side: int, max_patches: int) -> t
 
 
 def _resized(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """``(H, W, C)`` uint8 resized to ``size`` = ``(height, width)`` with :data:`RESAMPLING`."""
+    """``(H, W, 3 or 4)`` uint8 resized to ``size`` = ``(height, width)`` with :data:`RESAMPLING`."""
     if pixels.shape[:2] == size:
         return pixels
-    image = Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels)
-    resized = np.asarray(image.resize((size[1], size[0]), RESAMPLING))
-    return resized.reshape(size[0], size[1], pixels.shape[-1])
+    return np.asarray(Image.fromarray(pixels).resize((size[1], size[0]), RESAMPLING))
 
 
 def _padded(pixels: np.ndarray, rows: int, columns: int, patch_side: int) -> np.ndarray:

@@ -20,13 +20,14 @@ A VIDEO item is the bytes of an MP4 or WebM file, or an already decoded
   default); while decoding, a running count of decoded pixels is held to the same
   limit, so a stream that hides its length is stopped as soon as it passes.
   Arrays are already in memory and are not limited.
-- **Truncation.** A file cut short is refused: an MP4's top-level boxes must
-  tile the file (a box running past its end is a truncated file, a box size
-  under 8 bytes a corrupt one), checked before demuxing; for a container that holds the
-  video stream alone and states its duration (a WebM's segment duration), a
-  clip whose last decoded frame ends more than half a frame before that
-  duration is refused as truncated. A WebM that also carries audio and is cut
-  at a cluster boundary decodes as the shorter clip it now is.
+- **Truncation.** A file cut short is refused. An MP4's top-level boxes must tile
+  the file (a box running past its end is a truncated file, a box size under 8
+  bytes a corrupt one), checked before demuxing. For a container that holds the
+  video stream alone and states its duration (a WebM's segment duration), a clip
+  whose last decoded frame ends more than half a frame before that duration is
+  refused as truncated. A WebM that also carries audio and is cut at a cluster
+  boundary decodes as the shorter clip it now is. Anything else the demuxer or
+  decoder rejects is refused as corrupt or truncated.
 
 Refusals (``INVALID_ARGUMENT``, naming the item; see :mod:`.items`): bytes that
 are not an MP4 or WebM file (an image, an AVI, a Matroska file, unrecognised
@@ -46,8 +47,10 @@ from ..training.errors import ErrorCode, UFormError
 from .formats import VIDEO_FORMATS
 from .items import encoded_format, item_error, uint8_array
 
-MAX_VIDEO_PIXELS = 1 << 30
-"""The default limit on decoded frames times pixels per frame of one clip: 1,073,741,824 (518 frames of 1080p)."""
+MAX_VIDEO_PIXELS = 1 << 28
+"""The default limit on decoded frames times pixels per frame of one clip: 268,435,456 (129 frames of 1080p).
+
+Kept frames hold 3 bytes a pixel, so one clip's frames take at most 768 MiB (at ``frame_stride`` 1)."""
 VIDEO_CODECS = ("h264", "hevc", "mpeg4", "vp8", "vp9", "av1")
 """The codecs (FFmpeg's names) a VIDEO item's stream may use."""
 _DEMUXERS = {"MP4": "mp4", "WEBM": "webm"}
@@ -93,13 +96,14 @@ def _stated_end(container) -> float | None:
 
 
 def _frame_seconds(frame, stream) -> float:
+    """How long ``frame`` shows: its own duration, else one frame at the stream's average rate."""
     if frame.duration:
         return float(frame.duration * frame.time_base)
     return float(1 / stream.average_rate) if stream.average_rate else 0.0
 
 
-def _decode_stream(container, item: int, frame_stride: int, max_pixels: int) -> np.ndarray:
-    """The kept RGB frames of ``container``'s first video stream, with every check of the module doc."""
+def _video_stream(container, item: int, max_pixels: int):
+    """The first video stream, its codec and its stated size checked before anything is decoded."""
     if not container.streams.video:
         raise item_error(item, "no video stream")
     stream = container.streams.video[0]
@@ -110,28 +114,41 @@ def _decode_stream(container, item: int, frame_stride: int, max_pixels: int) -> 
     if width * height * max(stream.frames, 1) > max_pixels:
         raise item_error(item, f"{stream.frames} frames of {width} × {height} pass the limit of {max_pixels} "
                                f"pixels (a decompression bomb?)")
-    kept, decoded_pixels, last = [], 0, None
+    return stream
+
+
+def _check_complete(container, stream, last, item: int) -> None:
+    """Refuses a clip whose last frame ends short of the duration its container states (module doc)."""
+    stated_end = _stated_end(container)
+    if stated_end is None:
+        return
+    start = (container.start_time or 0) / av.time_base
+    length = _frame_seconds(last, stream)
+    end = float(last.time) - start + length
+    if end < stated_end - _TRUNCATION_TOLERANCE * length:
+        raise item_error(item, f"truncated: the frames end at {end:.3f} s of the {stated_end:.3f} s the file states")
+
+
+def _decode_stream(container, item: int, frame_stride: int, max_pixels: int) -> np.ndarray:
+    """The kept RGB frames of ``container``'s first video stream, with every check of the module doc."""
+    stream = _video_stream(container, item, max_pixels)
+    kept, decoded_pixels, first, last = [], 0, None, None
     for index, frame in enumerate(container.decode(stream)):
         decoded_pixels += frame.width * frame.height
         if decoded_pixels > max_pixels:
             raise item_error(item, f"frame {index} passes the limit of {max_pixels} decoded pixels "
                                    f"(a decompression bomb?)")
-        if (frame.width, frame.height) != (width, height):
-            raise item_error(item, f"frame {index} is {frame.width} × {frame.height}; the stream is "
-                                   f"{width} × {height}")
+        if first is None:
+            first = frame
+        if (frame.width, frame.height) != (first.width, first.height):
+            raise item_error(item, f"frame {index} is {frame.width} × {frame.height}; frame 0 was "
+                                   f"{first.width} × {first.height}")
         if index % frame_stride == 0:
             kept.append(frame.to_ndarray(format="rgb24"))
         last = frame
     if last is None:
         raise item_error(item, "no frames")
-    stated_end = _stated_end(container)
-    if stated_end is not None:
-        start = (container.start_time or 0) / av.time_base
-        length = _frame_seconds(last, stream)
-        end = float(last.time) - start + length
-        if end < stated_end - _TRUNCATION_TOLERANCE * length:
-            raise item_error(item, f"truncated: the frames end at {end:.3f} s of the {stated_end:.3f} s the "
-                                   f"file states")
+    _check_complete(container, stream, last, item)
     return np.stack(kept)
 
 
