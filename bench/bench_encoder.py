@@ -10,7 +10,8 @@ import numpy as np
 
 import uform
 from common import arguments, write_results
-from uform.training import check_step_inputs, torch_reference
+from uform.reference import encoder_torch
+from uform.training import check_step_inputs
 
 GEOMETRY = dict(depth=12, hidden=768, rows=64, columns=1024, segments=256)
 QUICK = dict(depth=2, hidden=128, rows=8, columns=256, segments=32)
@@ -90,8 +91,8 @@ def torch_peer(trainer, items, relations, g, positions) -> dict:
 
     def step():
         optimizer.zero_grad(set_to_none=False)
-        out = torch_reference.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
-                                        widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
+        out = encoder_torch.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
+                                      widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
         out["loss"].backward()
         optimizer.step()
         out["loss"].item()

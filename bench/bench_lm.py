@@ -9,7 +9,7 @@ import numpy as np
 import uform
 from common import arguments, write_results
 from uform.lm import LanguageModelConfig, LanguageModelTrainer
-from uform.lm.torch_reference import torch_loss
+from uform.reference.lm_torch import torch_loss
 
 SHAPES = {
     "default": LanguageModelConfig(),

@@ -4,9 +4,9 @@ logits and AdamW against torch.optim.AdamW."""
 import numpy as np
 import pytest
 
-from uform.lm import (LanguageModelConfig, adamw_step, logits, loss, loss_and_gradients, parameter_registry,
-                      split_parameters)
-from uform.lm.torch_reference import torch_loss
+from uform.lm import LanguageModelConfig, parameter_registry, split_parameters
+from uform.reference.lm_numpy import adamw_step, logits, loss, loss_and_gradients
+from uform.reference.lm_torch import torch_loss
 
 TINY = LanguageModelConfig(batch=2, length=5, width=16, heads=4, kv_heads=2, mlp=24, vocab_size=19, layers=2)
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import uform
-from uform.lm import LanguageModelConfig, LanguageModelTrainer, reference, state_sha256
+from uform.lm import LanguageModelConfig, LanguageModelTrainer, state_sha256
+from uform.reference import lm_numpy as reference
 
 MULTI = LanguageModelConfig(batch=3, length=12, width=64, heads=8, kv_heads=2, mlp=96, layers=3, vocab_size=256)
 

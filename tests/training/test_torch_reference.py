@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from uform.training import Negatives, Objective, PairLossForm, Relations, pack_texts, pair_targets
-from uform.training.torch_reference import (encode, encoder_registry, pair_loss, pair_scores, registry_size, split,
-                                            step_loss)
+from uform.nn.resident import named_tensors as split
+from uform.nn.resident import registry_size
+from uform.reference.encoder_torch import encode, encoder_registry, pair_loss, pair_scores, step_loss
 from uform.training.vocabulary import MASK, PAD, VOCABULARY_SIZE
 
 torch = pytest.importorskip("torch")

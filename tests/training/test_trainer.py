@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import uform
-from uform.training import check_step_inputs, pair_targets, torch_reference
+from uform.reference import encoder_torch as torch_reference
+from uform.training import check_step_inputs, pair_targets
 
 TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france",
          "water boils at one hundred degrees", "steam rises from the kettle", "cats chase mice", "a mouse ran"]

@@ -1,11 +1,11 @@
 """Host side of the decoder-only byte language model trainer.
 
-``config`` fixes the dimensions and the flat parameter layout, ``reference`` is
-the float64 numpy model (forward, hand-written backward, AdamW) the engine is
-checked against, ``corpus`` turns a byte corpus into reproducible id batches,
+``config`` fixes the dimensions and the flat parameter layout, ``corpus`` turns
+a byte corpus into reproducible id batches,
 ``checkpoint`` validates training states and writes/reads them as JSON or
 binary checkpoints, ``model`` runs the model on a device through the engine's
-kernels, and ``trainer`` is the public ``LanguageModelTrainer``.
+kernels, and ``trainer`` is the public ``LanguageModelTrainer``. The float64
+numpy and PyTorch twins of the model are in ``uform.reference``.
 """
 
 from .checkpoint import (
@@ -20,7 +20,6 @@ from .checkpoint import (
 )
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .corpus import TokenBatches
-from .reference import adamw_step, logits, loss, loss_and_gradients
 from .trainer import LanguageModelTrainer, SmallByteLanguageModelTrainer, state_sha256
 
 __all__ = [
@@ -29,12 +28,8 @@ __all__ = [
     "LanguageModelTrainer",
     "SmallByteLanguageModelTrainer",
     "TokenBatches",
-    "adamw_step",
     "encode_json_checkpoint",
     "flatten_parameters",
-    "logits",
-    "loss",
-    "loss_and_gradients",
     "parameter_registry",
     "read_binary_checkpoint",
     "read_json_checkpoint",

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import LanguageModelConfig, _config, split_parameters
-
-_LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_up", "w_down")
+from ..lm.config import LanguageModelConfig, _config, split_parameters
+from ..nn.transformer import LAYER_TENSORS
 
 
 def _check_ids(ids, vocab_size: int) -> np.ndarray:
@@ -124,7 +123,7 @@ def _forward(P: dict, inputs: np.ndarray, c: LanguageModelConfig):
     h = P["embedding"][inputs]
     caches = []
     for i in range(c.layers):
-        w = {n: P[f"layers.{i}.{n}"] for n in _LAYER_TENSORS}
+        w = {n: P[f"layers.{i}.{n}"] for n in LAYER_TENSORS}
         a, norm1 = _rmsnorm(h, w["attention_norm"], c.norm_eps)
         out, attention = _attention(a, w, c, rope)
         h = h + out
@@ -180,8 +179,8 @@ def loss_and_gradients(flat_params, ids, shape: LanguageModelConfig | None = Non
     D["head"] += np.einsum("btw,btv->wv", h, dlogits)
     dh = dlogits @ P["head"].T
     for i in reversed(range(c.layers)):
-        w = {n: P[f"layers.{i}.{n}"] for n in _LAYER_TENSORS}
-        g = {n: D[f"layers.{i}.{n}"] for n in _LAYER_TENSORS}
+        w = {n: P[f"layers.{i}.{n}"] for n in LAYER_TENSORS}
+        g = {n: D[f"layers.{i}.{n}"] for n in LAYER_TENSORS}
         norm1, attention, norm2, m, u, s = caches[i]
         # MLP: h += silu(u) @ w_down, u = m @ w_up, silu'(u) = σ(u) (1 + u (1 - σ(u))).
         g["w_down"] += np.einsum("btk,btw->kw", s, dh)

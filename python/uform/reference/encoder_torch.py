@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from enum import Enum
 
+from ..nn.resident import named_tensors
+from ..training.encoder import EncoderGeometry, encoder_registry as engine_registry
+from ..training.enums import Objective
+
 
 HEAD_DIM = 64
 """Every attention head is 64 wide; ``hidden / 64`` heads."""
@@ -32,24 +36,11 @@ def _name(value, choices, what):
 def encoder_registry(hidden: int, depth: int, groups: int = 1, objective="joint") -> list[dict]:
     """The engine's flat parameter order (``uform.training.encoder.encoder_registry``), with the objective
     also given by name; the tests pin it against ``docs/encoder.md``."""
-    from .encoder import EncoderGeometry, encoder_registry as engine_registry
-    from .enums import Objective
-
     objective = Objective[_name(objective, OBJECTIVES, "objective").upper()]
     if hidden <= 0 or hidden % 128:
         raise ValueError(f"hidden: a positive multiple of 128, got {hidden}")
     return engine_registry(EncoderGeometry(hidden=hidden, depth=depth, groups=groups, objective=objective,
                                            max_columns=1))
-
-
-def registry_size(registry) -> int:
-    """Elements of the flat parameter tensor ``registry`` describes."""
-    return registry[-1]["offset"] + registry[-1]["size"] if registry else 0
-
-
-def split(flat, registry) -> dict:
-    """Views of ``flat`` by tensor name, shaped as ``registry`` says."""
-    return {r["name"]: flat[r["offset"]:r["offset"] + r["size"]].view(r["shape"]) for r in registry}
 
 
 def pair_scores(torch, pooled, log_scale, bias, groups, width):
@@ -178,7 +169,7 @@ def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positio
     form = _name(form, FORMS, "form")
     if hidden % 128 or hidden <= 0:
         raise ValueError(f"hidden: a positive multiple of 128, got {hidden}")
-    P = split(flat, registry)
+    P = named_tensors(flat, registry)
     zero = flat.sum() * 0  # a zero in the graph, of flat's dtype and device
     y = encode(torch, P, tokens, segments, positions, hidden=hidden, depth=depth, norm_eps=norm_eps,
                rope_base=rope_base)

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-from .config import LanguageModelConfig, parameter_registry
+from ..lm.config import LanguageModelConfig, parameter_registry
+from ..nn.resident import named_tensors
 
 
 def torch_loss(torch, flat, ids, c: LanguageModelConfig):
     """Mean cross-entropy of ids (B, T+1) under the flat parameter tensor `flat`, any dtype and device.
 
-    Built from F.rms_norm, SDPA with enable_gqa and F.cross_entropy, independently of uform.lm.reference."""
+    Built from F.rms_norm, SDPA with enable_gqa and F.cross_entropy, independently of uform.reference.lm_numpy."""
     F = torch.nn.functional
-    P = {r["name"]: flat[r["offset"]:r["offset"] + r["size"]].view(r["shape"]) for r in parameter_registry(c)}
+    P = named_tensors(flat, parameter_registry(c))
     x, y = ids[:, :-1], ids[:, 1:]
     B, T = x.shape
     d = c.head_dim
