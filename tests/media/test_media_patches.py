@@ -1,7 +1,5 @@
 """Patches and tubes against a plain numpy reference, and the downscale and truncation rules."""
 
-import io
-
 import numpy as np
 import pytest
 from PIL import Image

@@ -116,7 +116,7 @@ def fitted_size(height: int, width: int, patch_side: int, max_patches: int) -> t
         return height, width
     r = np.arange(1, max_patches + 1, dtype=np.int64)
     c = max_patches // r
-    rows_bind = r * patch_side * width <= c * patch_side * height
+    rows_bind = r * width <= c * height  # r·p / H <= c·p / W
     scale = np.where(rows_bind, r * patch_side / height, c * patch_side / width)
     best = int(np.argmax(scale))
     r, c = int(r[best]), int(c[best])
