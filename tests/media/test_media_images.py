@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import encode_image, encode_video, moving_frames
+from media_files import encode_image, encode_video, moving_frames
 from PIL import Image, ImageOps
 
 from uform.media import decode_image, sniff_format

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import encode_image, moving_frames
+from media_files import encode_image, moving_frames
 
 from uform.media import DecodePool, decode_image, prepare_image
 from uform.training.config import ImageShape

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import encode_image, moving_frames
+from media_files import encode_image, moving_frames
 
 from uform.media import decode_image, decode_video, image_patches, prepare_image, prepare_video, video_tubes
 from uform.training.config import ImageShape, VideoShape

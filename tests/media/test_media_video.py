@@ -5,7 +5,7 @@ import io
 import av
 import numpy as np
 import pytest
-from conftest import encode_image, encode_video, moving_frames, pyav_frames
+from media_files import encode_image, encode_video, moving_frames, pyav_frames
 
 from uform.media import decode_video, sniff_format
 from uform.training.errors import ErrorCode, UFormError
