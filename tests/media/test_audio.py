@@ -8,7 +8,7 @@ import pytest
 import soundfile
 import soxr
 
-from uform.media import audio, sounds
+from uform.media import audio, mask_patches, masked_count, sounds
 from uform.training.config import AudioShape
 from uform.training.errors import ErrorCode, UFormError
 
@@ -166,6 +166,13 @@ def test_prepare_audio_runs_the_whole_path(files):
     expected = direct(files["FLAC"], 16000)
     assert result.original_frames == -(-expected.size // 400) == 20 and result.truncated
     np.testing.assert_array_equal(result.frames.reshape(-1), expected[:3200])
+
+
+def test_frames_mask_like_patches():
+    # The masked objective hides frames with the media masking, keyed by (seed, step, item).
+    frames = audio.prepare_audio((stereo(1.0, 16000), 16000), 3, shape=AudioShape(chunk_samples=400), max_frames=64)
+    masked = mask_patches(len(frames.positions), 0.75, 42, 7, 3)
+    assert masked.shape == (40,) and masked.sum() == masked_count(40, 0.75) == 30
 
 
 # Refusals.

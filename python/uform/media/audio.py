@@ -45,7 +45,9 @@ frame boundary is indistinguishable from a shorter recording, and one cut inside
 packet is refused as corrupt. Files decoded by PyAV are refused when FFmpeg reports
 an error and are otherwise taken as they decode.
 
-Which frames the masked objective hides is not decided here.
+Which frames the masked objective hides is not decided here: like image patches, it is
+:func:`uform.media.masking.mask_patches` of the frame count and ``Masking.audio_mask_ratio``,
+keyed by (seed, step, item).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import soxr
 
 from ..training.config import AudioShape
 from ..training.errors import ErrorCode, UFormError
+from .items import item_error
 
 TARGET_EPSILON = 1e-6
 """Added to a frame's variance before the square root of its normalised target."""
@@ -91,10 +94,6 @@ class AudioFrames:
     """Frames the whole recording spans, ``ceil(samples / chunk_samples)``, before truncation."""
 
 
-def _refuse(item: int, problem: str) -> UFormError:
-    return UFormError(ErrorCode.INVALID_ARGUMENT, f"item {item}: {problem}")
-
-
 def require_audio(shape: AudioShape | None, item: int = 0) -> AudioShape:
     """The derived audio shape of a run that holds AUDIO item ``item``; refused if the run has audio off.
 
@@ -102,7 +101,7 @@ def require_audio(shape: AudioShape | None, item: int = 0) -> AudioShape:
     """
     if shape is None or shape.chunk_samples == 0:
         held = "no batch.audio" if shape is None else "batch.audio.chunk_samples 0"
-        raise _refuse(item, f"an AUDIO item needs an AudioShape with a positive chunk_samples; the run has {held}")
+        raise item_error(item, f"an AUDIO item needs an AudioShape with a positive chunk_samples; the run has {held}")
     shape = shape.derived()
     for name in ("chunk_samples", "sample_rate"):
         value = getattr(shape, name)
@@ -119,7 +118,7 @@ def file_decoder(content: bytes, item: int = 0) -> str:
 def _file_format(data: bytes, item: int) -> str:
     """The container, told by the file's first bytes."""
     if not data:
-        raise _refuse(item, "the audio file is empty (0 bytes)")
+        raise item_error(item, "the audio file is empty (0 bytes)")
     head = bytes(data[:36])
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "WAV"
@@ -130,7 +129,7 @@ def _file_format(data: bytes, item: int) -> str:
     if head[:3] == b"ID3" or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0
                               and head[1] & 0x06):  # an MPEG audio frame sync; layer bits 00 would be AAC (ADTS)
         return "MP3"
-    raise _refuse(item, f"not a WAV, FLAC, MP3 or Opus file (it begins {head[:12]!r})")
+    raise item_error(item, f"not a WAV, FLAC, MP3 or Opus file (it begins {head[:12]!r})")
 
 
 def _mp3_declares_length(data: bytes) -> bool:
@@ -150,13 +149,13 @@ def _read_soundfile(data: bytes, file_format: str, item: int) -> tuple[np.ndarra
             declared, rate = file.frames, file.samplerate
             samples = file.read(dtype="float64", always_2d=True)
     except soundfile.LibsndfileError as error:
-        raise _refuse(item, f"corrupt {file_format} file ({error.error_string})") from None
+        raise item_error(item, f"corrupt {file_format} file ({error.error_string})") from None
     riff_bytes = int.from_bytes(data[4:8], "little") + 8
     if file_format == "WAV" and riff_bytes > len(data):
-        raise _refuse(item, f"truncated WAV file: its RIFF header declares {riff_bytes} bytes, it holds {len(data)}")
+        raise item_error(item, f"truncated WAV file: its RIFF header declares {riff_bytes} bytes, it holds {len(data)}")
     if (file_format in ("FLAC", "OPUS") or file_format == "MP3" and _mp3_declares_length(data)) \
             and len(samples) < declared:
-        raise _refuse(item, f"truncated {file_format} file: it declares {declared} samples, {len(samples)} decode")
+        raise item_error(item, f"truncated {file_format} file: it declares {declared} samples, {len(samples)} decode")
     return samples, rate
 
 
@@ -165,22 +164,22 @@ def _read_pyav(data: bytes, file_format: str, item: int) -> tuple[np.ndarray, in
     try:
         with av.open(io.BytesIO(data)) as container:
             if not container.streams.audio:
-                raise _refuse(item, f"corrupt {file_format} file (no audio stream)")
+                raise item_error(item, f"corrupt {file_format} file (no audio stream)")
             stream = container.streams.audio[0]
             rate, blocks = stream.rate, []
             for frame in container.decode(stream):
                 kind = frame.format.name.rstrip("p")
                 if kind not in _PYAV_SCALE:
-                    raise _refuse(item, f"{file_format} file of sample format {frame.format.name}, not decodable")
+                    raise item_error(item, f"{file_format} file of sample format {frame.format.name}, not decodable")
                 block = frame.to_ndarray()
                 channels = len(frame.layout.channels)
                 block = block.T if frame.format.is_planar else block.reshape(-1, channels)
                 offset = 128.0 if kind == "u8" else 0.0
                 blocks.append((block.astype(np.float64) - offset) / _PYAV_SCALE[kind])
     except av.error.FFmpegError as error:
-        raise _refuse(item, f"corrupt {file_format} file ({error})") from None
+        raise item_error(item, f"corrupt {file_format} file ({error})") from None
     if not blocks:
-        raise _refuse(item, f"zero-length audio: the {file_format} file decodes to no samples")
+        raise item_error(item, f"zero-length audio: the {file_format} file decodes to no samples")
     return np.concatenate(blocks), rate
 
 
@@ -188,13 +187,13 @@ def _read_array(content: tuple, item: int) -> tuple[np.ndarray, int]:
     """``(samples (n, channels) float32, rate)`` of an ``(array, rate)`` item, its dtype, rank and rate checked."""
     samples, rate = content
     if not isinstance(samples, np.ndarray):
-        raise _refuse(item, f"the audio samples must be a numpy float32 array, got {type(samples).__name__}")
+        raise item_error(item, f"the audio samples must be a numpy float32 array, got {type(samples).__name__}")
     if samples.dtype != np.float32:
-        raise _refuse(item, f"the audio array has dtype {samples.dtype}, expected float32")
+        raise item_error(item, f"the audio array has dtype {samples.dtype}, expected float32")
     if samples.ndim not in (1, 2):
-        raise _refuse(item, f"the audio array has shape {samples.shape}, expected (samples,) or (samples, channels)")
+        raise item_error(item, f"the audio array has shape {samples.shape}, expected (samples,) or (samples, channels)")
     if not isinstance(rate, numbers.Integral) or isinstance(rate, bool) or rate <= 0:
-        raise _refuse(item, f"the sample rate must be a positive integer, got {rate!r}")
+        raise item_error(item, f"the sample rate must be a positive integer, got {rate!r}")
     return (samples[:, None] if samples.ndim == 1 else samples), int(rate)
 
 
@@ -212,20 +211,20 @@ def decode_audio(content, item: int = 0, *, sample_rate: int = 16000) -> np.ndar
     elif isinstance(content, tuple) and len(content) == 2:
         samples, rate = _read_array(content, item)
     else:
-        raise _refuse(item, f"an AUDIO item is file bytes or a (samples, sample_rate) tuple, "
-                             f"got {type(content).__name__}")
+        raise item_error(item, f"an AUDIO item is file bytes or a (samples, sample_rate) tuple, "
+                                f"got {type(content).__name__}")
     if samples.size == 0:
-        raise _refuse(item, f"zero-length audio: {samples.shape[0]} samples of {samples.shape[1]} channels")
+        raise item_error(item, f"zero-length audio: {samples.shape[0]} samples of {samples.shape[1]} channels")
     bad = np.flatnonzero(~np.isfinite(samples.reshape(-1)))
     if bad.size:
         sample, channel = divmod(int(bad[0]), samples.shape[1])
-        raise _refuse(item, f"sample {sample} of channel {channel} is {samples[sample, channel]}, "
-                             f"not finite ({bad.size} such values)")
+        raise item_error(item, f"sample {sample} of channel {channel} is {samples[sample, channel]}, "
+                                f"not finite ({bad.size} such values)")
     mono = samples.mean(axis=1, dtype=np.float64).astype(np.float32)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality=RESAMPLE_QUALITY)
     if mono.size == 0:
-        raise _refuse(item, f"zero-length audio: {len(samples)} samples at {rate} Hz give none at {sample_rate} Hz")
+        raise item_error(item, f"zero-length audio: {len(samples)} samples at {rate} Hz give none at {sample_rate} Hz")
     return mono
 
 
