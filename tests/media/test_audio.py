@@ -278,3 +278,8 @@ def test_sound_pairs_are_deterministic_and_decode():
         peak = 0.1 if "quiet" in words else 0.8 if "loud" in words else 0.3
         assert abs(np.abs(decoded).max() - peak) < 1e-3, wav.caption
         assert audio.prepare_audio(wav.audio, 0, shape=shape, max_frames=400).frames.shape[1] == 320
+
+
+def test_sounds_need_a_rate_of_8000():
+    refused(lambda: sounds.sound_pairs(1, sample_rate=4000), "sample_rate", "8000")
+    assert soundfile.info(io.BytesIO(sounds.sound_pairs(1, sample_rate=8000)[0].audio)).samplerate == 8000

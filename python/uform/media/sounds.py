@@ -7,7 +7,7 @@ attributes, a word or none for each, so the caption names the sound's whole reci
 - **tone** -- "a short quiet low buzzy tone on E flat": a note of the 12 named pitch
   classes in the low, middle or high octave (octaves 2, 4 and 6 of scientific pitch,
   A4 = 440 Hz), pure (a sine) or buzzy (odd harmonics 1, 3, 5, 7, 9 at 1/k, a
-  band-limited square).
+  square; as everywhere, a partial at or past the Nyquist frequency is left out).
 - **chord** -- "a major chord on C": a major, minor or diminished triad on one of the 12
   roots in the low, middle or high octave, three equal sines.
 - **sweep** -- "a rising sweep", "a slow falling sweep in the high range": an
@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile
 
+from ..training.errors import ErrorCode, UFormError
+
 NOTE_NAMES = ("C", "C sharp", "D", "E flat", "E", "F", "F sharp", "G", "A flat", "A", "B flat", "B")
 """The 12 pitch classes as captions spell them, from C."""
 REGISTERS = {"low": 2, "": 4, "high": 6}
@@ -62,6 +64,8 @@ FADE_SECONDS = 0.01
 BURST_GAP_SECONDS = 0.15
 MUFFLE_SECONDS = 0.002
 JITTER_CENTS = 10.0
+MIN_SAMPLE_RATE = 8000
+"""The lowest rate the sounds are synthesised at: the highest sweep (to 3520 Hz) stays below Nyquist."""
 
 
 def _phrase(*words: str) -> str:
@@ -128,7 +132,8 @@ def _faded(signal: np.ndarray, sample_rate: int) -> np.ndarray:
 
 def _sines(frequencies: np.ndarray, gains: np.ndarray, seconds: float, sample_rate: int,
            rng: np.random.Generator) -> np.ndarray:
-    """A sum of sines at ``frequencies`` (Hz) weighted by ``gains``, each at a random phase."""
+    """A sum of sines at ``frequencies`` (Hz) weighted by ``gains``, at random phases; none at or past Nyquist."""
+    gains = np.where(frequencies < sample_rate / 2, gains, 0.0)
     time = np.arange(int(seconds * sample_rate)) / sample_rate
     phases = rng.uniform(0.0, 2 * np.pi, frequencies.size)
     return (gains[:, None] * np.sin(2 * np.pi * frequencies[:, None] * time + phases[:, None])).sum(axis=0)
@@ -159,7 +164,7 @@ def synthesize(recipe: Recipe, sample_rate: int, rng: np.random.Generator) -> np
         count, colour = recipe.detail
         white = rng.standard_normal((BURST_COUNTS.index(count) + 1, int(seconds * sample_rate)))
         if colour == "muffled":
-            width = int(MUFFLE_SECONDS * sample_rate)
+            width = max(int(MUFFLE_SECONDS * sample_rate), 1)
             white = np.cumsum(np.pad(white, ((0, 0), (width, 0))), axis=1)
             white = (white[:, width:] - white[:, :-width]) / width
         elif colour == "hissing":
@@ -194,8 +199,11 @@ def sound_pairs(count: int, seed: int = 0, *, sample_rate: int = 16000, file_for
     """``count`` pairs, the recipes in an order drawn from ``seed``, distinct for the first :data:`CAPTION_COUNT`.
 
     Pair ``i`` is synthesised from its own generator, keyed by ``(seed, i)``, so a
-    pair does not depend on ``count``.
+    pair does not depend on ``count``. ``sample_rate`` is at least :data:`MIN_SAMPLE_RATE`.
     """
+    if sample_rate < MIN_SAMPLE_RATE:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT,
+                         f"sample_rate: must be at least {MIN_SAMPLE_RATE}, got {sample_rate}")
     order = np.random.default_rng([seed]).permutation(CAPTION_COUNT)
     pairs = []
     for i in range(count):
