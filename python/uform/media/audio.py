@@ -150,11 +150,11 @@ def _read_soundfile(data: bytes, file_format: str, item: int) -> tuple[np.ndarra
             samples = file.read(dtype="float64", always_2d=True)
     except soundfile.LibsndfileError as error:
         raise item_error(item, f"corrupt {file_format} file ({error.error_string})") from None
-    riff_bytes = int.from_bytes(data[4:8], "little") + 8
+    riff_bytes = int.from_bytes(data[4:8], "little") + 8  # libsndfile reads a cut WAV without complaint
     if file_format == "WAV" and riff_bytes > len(data):
         raise item_error(item, f"truncated WAV file: its RIFF header declares {riff_bytes} bytes, it holds {len(data)}")
-    if (file_format in ("FLAC", "OPUS") or file_format == "MP3" and _mp3_declares_length(data)) \
-            and len(samples) < declared:
+    declares_length = file_format in ("FLAC", "OPUS") or file_format == "MP3" and _mp3_declares_length(data)
+    if declares_length and len(samples) < declared:
         raise item_error(item, f"truncated {file_format} file: it declares {declared} samples, {len(samples)} decode")
     return samples, rate
 
