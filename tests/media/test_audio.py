@@ -1,6 +1,7 @@
 """Audio items on the host: decoding against soundfile + soxr called directly, frames against a
 plain numpy reference, truncation, every refusal, and the synthetic sound data set."""
 
+import functools
 import io
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import soundfile
 import soxr
 
-from uform.media import audio, mask_patches, masked_count, sounds
+from uform.media import DecodePool, audio, mask_patches, masked_count, sounds
 from uform.training.config import AudioShape
 from uform.training.errors import ErrorCode, UFormError
 
@@ -173,6 +174,16 @@ def test_frames_mask_like_patches():
     frames = audio.prepare_audio((stereo(1.0, 16000), 16000), 3, shape=AudioShape(chunk_samples=400), max_frames=64)
     masked = mask_patches(len(frames.positions), 0.75, 42, 7, 3)
     assert masked.shape == (40,) and masked.sum() == masked_count(40, 0.75) == 30
+
+
+def test_a_decode_pool_prepares_a_steps_audio(files):
+    prepare = functools.partial(audio.prepare_audio, shape=AudioShape(chunk_samples=400), max_frames=64)
+    contents = list(files.values())
+    with DecodePool(2) as pool:
+        prepared = pool.map(prepare, contents)
+        for result, content in zip(prepared, contents):
+            np.testing.assert_array_equal(result.frames, prepare(content).frames)
+        refused(lambda: pool.map(prepare, [contents[0], b"not audio"]), "item 1", "not a WAV")
 
 
 # Refusals.
