@@ -26,6 +26,6 @@ def test_engine_facts_are_read_from_the_engine():
 def test_an_unknown_operand_name_is_refused_before_launch():
     device = uform.Device.cpu()
     y = device.put(np.zeros(4, np.float32))
-    with pytest.raises(TypeError, match="has no operand \\['z'\\]"):
+    with pytest.raises(TypeError, match="add\\(\\) got an unexpected keyword argument 'z'"):
         K._launch("add", 4, y=y, a=y, z=y)
     assert np.all(y.numpy() == 0)

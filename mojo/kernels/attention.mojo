@@ -240,8 +240,9 @@ def attention_forward[D: Int, played: Int](task: Int, lane: Int, args: Args):
             var count = min(G, keys[1] - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
-                for i in range(count):
-                    rows[i] = Int64(at.kv_row(first + i, kv))
+                comptime for i in range(G):
+                    if i < count:
+                        rows[i] = Int64(at.kv_row(first + i, kv))
                 var scores = dots[D, G](q, at.k, rows, count)
                 for i in range(count):
                     var slot = g * G + i
@@ -290,8 +291,9 @@ def attention_backward_dq[D: Int, played: Int](task: Int, lane: Int, args: Args)
             var count = min(G, keys[1] - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
-                for i in range(count):
-                    rows[i] = Int64(at.kv_row(first + i, kv))
+                comptime for i in range(G):
+                    if i < count:
+                        rows[i] = Int64(at.kv_row(first + i, kv))
                 var scores = dots[D, G](q, at.k, rows, count)
                 var dps = dots[D, G](d_out, at.v, rows, count)
                 for i in range(count):
@@ -318,8 +320,9 @@ def attention_backward_dv[D: Int, played: Int](task: Int, lane: Int, args: Args)
             var count = min(G, pairs[2] - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
-                for i in range(count):
-                    rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                comptime for i in range(G):
+                    if i < count:
+                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
                 var scores = dots[D, G](k, at.q, rows, count)
                 for i in range(count):
                     var row = Int(rows[i]) // D
@@ -347,8 +350,9 @@ def attention_backward_dk[D: Int, played: Int](task: Int, lane: Int, args: Args)
             var count = min(G, pairs[2] - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
-                for i in range(count):
-                    rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                comptime for i in range(G):
+                    if i < count:
+                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
                 var scores = dots[D, G](k, at.q, rows, count)
                 var dps = dots[D, G](v, at.d_out, rows, count)
                 for i in range(count):

@@ -18,16 +18,6 @@ from engine.launch import Args, Interface
 comptime ROTARY = Interface("x positions cos sin", "heads head_dim axes", "direction")
 
 
-@always_inline
-def axis_of_pair(i: Int, half: Int, axes: Int) -> Int:
-    """Which position column pair i of a head reads."""
-    if axes == 1:
-        return 0
-    var time_pairs = half // 4
-    var row_pairs = (half - time_pairs) // 2
-    return 0 if i < time_pairs else (1 if i < time_pairs + row_pairs else 2)
-
-
 def rotary(task: Int, args: Args):
     var H = args.size(0)
     var D = args.size(1)
@@ -39,8 +29,14 @@ def rotary(task: Int, args: Args):
     var positions = args.i32(1).unsafe_offset(token * axes)
     var cos = args.f32(2)
     var sin = args.f32(3)
+    # The pairs [0, time_end) read the first axis, [time_end, row_end) the second, the rest the third.
+    var time_end = half if axes == 1 else half // 4
+    var row_end = half if axes == 1 else time_end + (half - time_end) // 2
+    var time = Int(positions.unsafe_load(0))
+    var row = Int(positions.unsafe_load(0 if axes == 1 else 1))
+    var column = Int(positions.unsafe_load(0 if axes == 1 else 2))
     for i in range(half):
-        var position = Int(positions.unsafe_load(axis_of_pair(i, half, axes)))
+        var position = time if i < time_end else (row if i < row_end else column)
         var c = cos.unsafe_load(position * half + i)
         var s = sin.unsafe_load(position * half + i) * direction
         var x1 = x.unsafe_load(i)

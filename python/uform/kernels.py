@@ -27,25 +27,27 @@ FORM_RANKED = FACTS["form_ranked"]
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
 
 
-class _Interface:
-    """A kernel's operand names (from the engine's KERNEL_INTERFACES): which slot each name fills."""
+def _launcher(kernel: str, buffers: str, sizes: str, scalars: str):
+    """The launch function of one kernel, made from its interface: `<kernel>(n, *, <its operand names>)`.
 
-    def __init__(self, kernel: str, buffers: str, sizes: str, scalars: str):
-        self.kernel = kernel
-        self.buffers, self.sizes, self.scalars = buffers.split(), sizes.split(), scalars.split()
-        self.names = frozenset(self.buffers + self.sizes + self.scalars)
+    Its keyword parameters are the kernel's operand names as the engine declares them (buffers default to
+    None, sizes to 0, scalars to 0.0), so Python never writes a slot number; an unknown name is a TypeError.
+    Written out once as source so that a launch costs a call, not a loop over names."""
+    buffers, sizes, scalars = buffers.split(), sizes.split(), scalars.split()
+    parameters = [f"{name}=None" for name in buffers] + [f"{name}=0" for name in sizes] + \
+                 [f"{name}=0.0" for name in scalars]
+    source = (
+        f"def {kernel}(n, *, {', '.join(parameters)}):\n"
+        f"    device = _device_of(({''.join(name + ', ' for name in buffers)}))\n"
+        f"    _call({kernel!r}, function, device, int(n),\n"
+        f"          [{', '.join(f'0 if {name} is None else {name}.address' for name in buffers)}],\n"
+        f"          [{', '.join(f'int({name})' for name in sizes)}],\n"
+        f"          [{', '.join(f'float({name})' for name in scalars)}])\n"
+    )
+    namespace = {"_device_of": _device_of, "_call": _call, "function": getattr(_engine, kernel)}
+    exec(source, namespace)
+    return namespace[kernel]
 
-    def slots(self, operands: dict) -> tuple[list[int], list[int], list[float]]:
-        unknown = operands.keys() - self.names
-        if unknown:
-            raise TypeError(f"kernel {self.kernel} has no operand {sorted(unknown)}; its operands: "
-                            f"{self.buffers + self.sizes + self.scalars}")
-        get = operands.get
-        addresses = [0 if get(name) is None else get(name).address for name in self.buffers]
-        return addresses, [int(get(name, 0)) for name in self.sizes], [float(get(name, 0.0)) for name in self.scalars]
-
-
-_INTERFACES = {kernel: _Interface(kernel, *names) for kernel, names in _engine.KERNEL_INTERFACES.items()}
 
 _profile: dict[str, list[float]] | None = None
 
@@ -62,31 +64,36 @@ def profile():
         _profile = None
 
 
-def _run(kernel: str, device, args) -> None:
+def _run(kernel: str, function, device, args) -> None:
     try:
-        getattr(_engine, kernel)(device._handle, *args)
+        function(device._handle, *args)
     except Exception as error:  # the engine raises plain Exceptions; name the device and the call
         raise RuntimeError(f"{device.name}: kernel {kernel} failed: {error}") from error
 
 
-def _call(kernel: str, device, *args, label: str | None = None) -> None:
-    """Run engine function `kernel` on `device`; inside profile(), timed under `label` (default: kernel)."""
+def _call(kernel: str, function, device, *args, label: str | None = None) -> None:
+    """Run engine `function` (named `kernel`) on `device`; inside profile(), timed under `label` (default: kernel)."""
     if _profile is None:
-        _run(kernel, device, args)
+        _run(kernel, function, device, args)
         return
     device.synchronize()
     start = time.perf_counter()
-    _run(kernel, device, args)
+    _run(kernel, function, device, args)
     device.synchronize()
     entry = _profile[label or kernel]
     entry[0] += 1
     entry[1] += time.perf_counter() - start
 
 
-def _device(*buffers: Buffer):
-    device = buffers[0].device
-    for buffer in buffers[1:]:
-        if buffer.device is not device:
+def _device_of(buffers: tuple):
+    """The one device the given buffers (None: absent) live on."""
+    device = None
+    for buffer in buffers:
+        if buffer is None:
+            continue
+        if device is None:
+            device = buffer.device
+        elif buffer.device is not device:
             raise ValueError(f"buffers live on different devices: {device.name} and {buffer.device.name}")
     return device
 
@@ -98,11 +105,12 @@ def _expect(buffer: Buffer, name: str, size: int, dtype=np.float32) -> None:
         raise ValueError(f"{name} must hold {size} values, holds {buffer.size} (shape {buffer.shape})")
 
 
+_LAUNCHERS = {kernel: _launcher(kernel, *names) for kernel, names in _engine.KERNEL_INTERFACES.items()}
+
+
 def _launch(kernel: str, n: int, **operands) -> None:
     """Run kernel over tasks [0, n) with its operands by name: Buffers (None: absent), sizes, float scalars."""
-    addresses, sizes, scalars = _INTERFACES[kernel].slots(operands)
-    device = _device(*[b for b in operands.values() if isinstance(b, Buffer)])
-    _call(kernel, device, int(n), addresses, sizes, scalars)
+    _LAUNCHERS[kernel](n, **operands)
 
 
 # ---- element-wise --------------------------------------------------------------------------
@@ -158,14 +166,14 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
         raise ValueError("gemm supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
     if min(m, n, k) < 1:
         raise ValueError(f"gemm sizes must be positive, got m={m}, n={n}, k={k}")
-    device = _device(c, a, b)
+    device = _device_of((c, a, b))
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
     chunks = _gemm_chunks(m, n, k)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_split_k" if chunks > 1 else "")
-    _call("gemm", device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
+    _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
           bool(accumulate), partials, label=label)
 
 
