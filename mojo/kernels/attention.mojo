@@ -83,8 +83,8 @@ struct Attention(ImplicitlyCopyable, Movable):
 
     @always_inline
     def kv_row(self, token: Int, kv: Int) -> Int:
-        """The element offset of a token's key (or value) vector of head kv."""
-        return (token * self.kv_heads + kv) * self.head_dim
+        """The row of k (or v) holding a token's vector of head kv."""
+        return token * self.kv_heads + kv
 
     @always_inline
     def query_keys(self, token: Int) -> Tuple[Int, Int]:
@@ -128,10 +128,10 @@ def dot(a: F32Ptr, b: F32Ptr, D: Int) -> Float32:
 
 @always_inline
 def dots[D: Int, G: Int](a: SIMD[DType.float32, D], base: F32Ptr, rows: SIMD[DType.int64, G], count: Int) -> SIMD[DType.float32, G]:
-    """a·row for the `count` (≤ G) rows at element offsets `rows` of base, each one fma chain over d.
+    """a·row for the `count` (≤ G) rows `rows` of base (rows of D), each one fma chain over d.
     One row (a GPU lane): the row read 16 bytes at a time; several (the CPU): G chains side by side in SIMD."""
     comptime if G == 1:
-        var row = base.unsafe_offset(Int(rows[0]))
+        var row = base.unsafe_offset(Int(rows[0]) * D)
         var acc = Float32(0)
         comptime for c in range(D // 4):
             var chunk = row.unsafe_load[width=4, alignment=16](4 * c)
@@ -142,8 +142,9 @@ def dots[D: Int, G: Int](a: SIMD[DType.float32, D], base: F32Ptr, rows: SIMD[DTy
         var acc = SIMD[DType.float32, G](0)
         for d in range(D):
             var column = SIMD[DType.float32, G](0)
-            for i in range(count):
-                column[i] = base.unsafe_load(Int(rows[i]) + d)
+            comptime for i in range(G):
+                if i < count:
+                    column[i] = base.unsafe_load(Int(rows[i]) * D + d)
             acc = column.fma(SIMD[DType.float32, G](a[d]), acc)
         return acc
 
@@ -244,15 +245,16 @@ def attention_forward[D: Int, played: Int](task: Int, lane: Int, args: Args):
                     if i < count:
                         rows[i] = Int64(at.kv_row(first + i, kv))
                 var scores = dots[D, G](q, at.k, rows, count)
-                for i in range(count):
-                    var slot = g * G + i
-                    var m_lane = m[slot]
-                    var l_lane = l[slot]
-                    var cp = online_step(m_lane, l_lane, scores[i] * at.scale)
-                    m[slot] = m_lane
-                    l[slot] = l_lane
-                    acc[slot] = SIMD[DType.float32, D](cp[1]).fma(
-                        load_row[D](at.v.unsafe_offset(Int(rows[i]))), acc[slot] * cp[0])
+                comptime for i in range(G):
+                    if i < count:
+                        var slot = g * G + i
+                        var m_lane = m[slot]
+                        var l_lane = l[slot]
+                        var cp = online_step(m_lane, l_lane, scores[i] * at.scale)
+                        m[slot] = m_lane
+                        l[slot] = l_lane
+                        acc[slot] = SIMD[DType.float32, D](cp[1]).fma(
+                            load_row[D](at.v.unsafe_offset(Int(rows[i]) * D)), acc[slot] * cp[0])
         round += WARP
     fold_softmax[D, played](m, l, acc)
     if lane == 0:
@@ -296,10 +298,11 @@ def attention_backward_dq[D: Int, played: Int](task: Int, lane: Int, args: Args)
                         rows[i] = Int64(at.kv_row(first + i, kv))
                 var scores = dots[D, G](q, at.k, rows, count)
                 var dps = dots[D, G](d_out, at.v, rows, count)
-                for i in range(count):
-                    var ds = numerics.exp(scores[i] * at.scale - lse) * (dps[i] - delta)
-                    acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
-                        load_row[D](at.k.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+                comptime for i in range(G):
+                    if i < count:
+                        var ds = numerics.exp(scores[i] * at.scale - lse) * (dps[i] - delta)
+                        acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
+                            load_row[D](at.k.unsafe_offset(Int(rows[i]) * D)), acc[g * G + i])
         round += WARP
     var total = fold_sums[D, played](acc)
     if lane == 0:
@@ -322,13 +325,14 @@ def attention_backward_dv[D: Int, played: Int](task: Int, lane: Int, args: Args)
                 var rows = SIMD[DType.int64, G](0)
                 comptime for i in range(G):
                     if i < count:
-                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]))
                 var scores = dots[D, G](k, at.q, rows, count)
-                for i in range(count):
-                    var row = Int(rows[i]) // D
-                    var p = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row))
-                    acc[g * G + i] = SIMD[DType.float32, D](p).fma(
-                        load_row[D](at.d_out.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+                comptime for i in range(G):
+                    if i < count:
+                        var row = Int(rows[i])
+                        var p = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row))
+                        acc[g * G + i] = SIMD[DType.float32, D](p).fma(
+                            load_row[D](at.d_out.unsafe_offset(row * D)), acc[g * G + i])
         round += WARP
     var total = fold_sums[D, played](acc)
     if lane == 0:
@@ -352,15 +356,16 @@ def attention_backward_dk[D: Int, played: Int](task: Int, lane: Int, args: Args)
                 var rows = SIMD[DType.int64, G](0)
                 comptime for i in range(G):
                     if i < count:
-                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]) * D)
+                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]))
                 var scores = dots[D, G](k, at.q, rows, count)
                 var dps = dots[D, G](v, at.d_out, rows, count)
-                for i in range(count):
-                    var row = Int(rows[i]) // D
-                    var ds = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row)) * (
-                        dps[i] - at.delta.unsafe_load(row))
-                    acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
-                        load_row[D](at.q.unsafe_offset(Int(rows[i]))), acc[g * G + i])
+                comptime for i in range(G):
+                    if i < count:
+                        var row = Int(rows[i])
+                        var ds = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row)) * (
+                            dps[i] - at.delta.unsafe_load(row))
+                        acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
+                            load_row[D](at.q.unsafe_offset(row * D)), acc[g * G + i])
         round += WARP
     var total = fold_sums[D, played](acc)
     if lane == 0:
