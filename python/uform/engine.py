@@ -109,7 +109,8 @@ class Buffer:
     def view(self, offset: int, shape) -> Buffer:
         """The elements [offset, offset + prod(shape)) of this buffer as a buffer of `shape` (no copy).
 
-        Kernels read and write views; copies to and from the host take whole allocations."""
+        Kernels read and write any view; copies to and from the host take an allocation or a view of its
+        first elements (offset 0), such as the first rows a step uses of a buffer sized for the most."""
         view = Buffer(self.device, shape, self.dtype, view_of=self, offset=offset)
         if offset < 0 or offset + view.size > self.size:
             raise ValueError(f"view [{offset}, {offset + view.size}) is outside a buffer of {self.size} values")
@@ -124,8 +125,11 @@ class Buffer:
         return self.size * self.dtype.itemsize
 
     def _whole_allocation(self, action: str) -> None:
-        if self.owner is not None:
-            raise ValueError(f"cannot {action} a view; {action} the buffer it views")
+        root = self
+        while root.owner is not None:
+            root = root.owner
+        if root.address != self.address:
+            raise ValueError(f"cannot {action} a view past an allocation's start; {action} the buffer it views")
 
     def write(self, array) -> None:
         self._whole_allocation("write")

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from uform.training import Negatives, Objective, PairLossForm, Relations, pack_texts, pair_targets
+from uform.training import Negatives, Objective, PairLossForm, Relations, pack_items, pair_targets
 from uform.nn.resident import named_tensors as split
 from uform.nn.resident import registry_size
 from uform.reference.encoder_torch import encode, encoder_registry, pair_loss, pair_scores, step_loss
@@ -141,7 +141,7 @@ TEXTS = [b"hello", b"ab", b"wxyz", b"cat"]  # rows: [hello|ab|pad], [wxyz|cat|pa
 
 
 def geometry():
-    packed = pack_texts(TEXTS, None, ROWS, COLUMNS, 4)
+    packed = pack_items(TEXTS, None, ROWS, COLUMNS, 4)
     tokens = packed.tokens.copy()
     targets = np.full_like(tokens, -1)
     for (row, column) in [(0, 1), (0, 2), (0, 6), (1, 0), (1, 5)]:  # covered positions

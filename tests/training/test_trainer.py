@@ -8,20 +8,7 @@ import numpy as np
 import pytest
 
 import uform
-from uform.reference import encoder_torch as torch_reference
-from uform.training import check_step_inputs, pair_targets
-
-TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france",
-         "water boils at one hundred degrees", "steam rises from the kettle", "cats chase mice", "a mouse ran"]
-PAIRS = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
-
-
-def tiny(objective=uform.Objective.JOINT, contrastive=None, steps=100, seed=3, executor=None, **batch):
-    shape = dict(max_rows_per_device=3, max_segments_per_device=8, max_columns_per_row=48) | batch
-    return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=128, objective=objective,
-                                   batch=uform.BatchShape(**shape), contrastive=contrastive,
-                                   schedule=uform.Schedule(steps=steps, learning_rate=2e-3), seed=seed)
-
+from trainer_cases import PAIRS, TEXTS, assert_gradients_match, engine_and_reference, tiny
 
 def test_seed_example_runs_with_text_items(tmp_path):
     executor = uform.Executor.for_ram()
@@ -42,32 +29,6 @@ def test_seed_example_runs_with_text_items(tmp_path):
     assert (tmp_path / "checkpoint.safetensors").stat().st_size > 0
 
 
-def engine_and_reference(trainer, relations, groups=None, contents=TEXTS):
-    """The engine's loss and flat gradient of one step, and the torch float64 ones, on the same batch."""
-    torch = pytest.importorskip("torch")
-    run = trainer.run
-    inputs = check_step_inputs([uform.Modality.TEXT] * len(contents), contents, relations=relations,
-                               temperature_groups=groups, temperature_group_count=run.contrastive.temperature_groups)
-    batch, packed = trainer.step_batch(inputs, False, 1)
-    model = trainer.model
-    losses = model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True)
-    gradient = model.gradients.numpy()
-    items = packed.item_of_segment
-    sign, weight = pair_targets(inputs.relations, len(contents), run.contrastive.negatives,
-                                run.contrastive.ambient_repulsion_weight)
-    flat = torch.tensor(model.parameters.numpy().astype(np.float64), requires_grad=True)
-    as_tensor = lambda a: torch.tensor(np.asarray(a))  # noqa: E731
-    reference = torch_reference.step_loss(
-        torch, flat, model.registry, hidden=run.hidden, depth=run.depth, tokens=as_tensor(batch.tokens),
-        segments=as_tensor(batch.token_segments), positions=as_tensor(batch.positions),
-        targets=as_tensor(batch.targets).long(), groups=as_tensor(batch.groups).long(),
-        sign=as_tensor(sign[np.ix_(items, items)]).double(), weight=as_tensor(weight[np.ix_(items, items)]).double(),
-        widths=run.contrastive.matryoshka_dimensions, form=run.contrastive.pair_loss, objective=run.objective.name,
-        text_weight=run.masking.text_weight)
-    reference["loss"].backward()
-    return losses, gradient, reference, flat.grad.numpy()
-
-
 @pytest.mark.parametrize("form", [uform.PairLossForm.SIGMOID, uform.PairLossForm.BALANCED, uform.PairLossForm.RANKED])
 @pytest.mark.parametrize("objective", [uform.Objective.JOINT, uform.Objective.CONTRASTIVE, uform.Objective.MASKED])
 def test_whole_step_gradients_match_float64_reference(form, objective):
@@ -79,12 +40,7 @@ def test_whole_step_gradients_match_float64_reference(form, objective):
     assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
     assert losses.masked == pytest.approx(float(reference["masked"]), rel=2e-5, abs=1e-7)
     assert losses.contrastive == pytest.approx(float(reference["contrastive"]), rel=2e-5, abs=1e-7)
-    floor = 1e-3 * np.abs(expected).max()  # a tensor whose gradient cancels (the bias under RANKED)
-    for entry in trainer.model.registry:
-        part = slice(entry["offset"], entry["offset"] + entry["size"])
-        scale = max(np.abs(expected[part]).max(), floor)
-        error = np.abs(gradient[part] - expected[part]).max() / scale
-        assert error < 2e-4, f"{entry['name']}: relative error {error:.2e}"
+    assert_gradients_match(trainer, gradient, expected)
 
 
 def test_named_negatives_skip_unnamed_pairs():
@@ -155,7 +111,7 @@ def test_refused_steps_change_nothing():
     before = trainer.model.parameters.numpy()
     with pytest.raises(uform.UFormError) as error:
         trainer.step([uform.Modality.TEXT, uform.Modality.IMAGE], ["text", b"\x89PNG"])
-    assert error.value.code == uform.ErrorCode.UNSUPPORTED and "item 1" in str(error.value)
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT and "item 1: IMAGE" in str(error.value)
     with pytest.raises(uform.UFormError) as error:
         trainer.step([uform.Modality.TEXT] * 2, ["a", "b"], relations=uform.Relations(attract=([0, 1, 1], [5])))
     assert "attract" in str(error.value)

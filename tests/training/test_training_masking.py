@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from uform.training import MASK, PAD, ErrorCode, Masking, UFormError, corrupt, pack_texts
+from uform.training import MASK, PAD, ErrorCode, Masking, UFormError, corrupt, pack_items
 from uform.training.masking import corruption_generator
 
 LENGTH = 200_000
@@ -15,7 +15,7 @@ def letters(seed, length):
 
 @pytest.fixture(scope="module")
 def long_text():
-    packed = pack_texts([letters(0, LENGTH)], None, 1, LENGTH, 1)
+    packed = pack_items([letters(0, LENGTH)], None, 1, LENGTH, 1)
     inputs, targets = corrupt(packed, Masking(), seed=42, step=7)
     return packed, inputs[0], targets[0]
 
@@ -56,13 +56,13 @@ def test_targets_are_the_covered_bytes_and_the_rest_is_untouched(long_text):
 
 def test_short_segments_are_covered_in_expectation():
     contents = [letters(seed, 5) for seed in range(2000)]
-    packed = pack_texts(contents, None, 100, 100, 2000)
+    packed = pack_items(contents, None, 100, 100, 2000)
     _, targets = corrupt(packed, Masking(), seed=1, step=1)
     assert abs((targets >= 0).sum() / (5 * 2000) - 0.15) < 0.02
 
 
 def test_padding_is_never_a_target():
-    packed = pack_texts([b"abc", b"defgh"], None, 2, 64, 4)
+    packed = pack_items([b"abc", b"defgh"], None, 2, 64, 4)
     inputs, targets = corrupt(packed, Masking(token_mask_probability=1.0), seed=3, step=2)
     padding = packed.segment_ids < 0
     assert (targets[padding] == -1).all() and (inputs[padding] == PAD).all()
@@ -70,7 +70,7 @@ def test_padding_is_never_a_target():
 
 
 def test_explicit_fractions_are_honoured():
-    packed = pack_texts([letters(5, 20_000)], None, 1, 20_000, 1)
+    packed = pack_items([letters(5, 20_000)], None, 1, 20_000, 1)
     inputs, targets = corrupt(packed, Masking(token_mask_probability=0.5, token_mean_span=3, replace_fraction=0.5,
                                               random_fraction=0.5), seed=0, step=1)
     covered = targets >= 0
@@ -87,8 +87,8 @@ def item_view(packed, arrays, item):
 
 def test_an_item_is_corrupted_the_same_whatever_shares_its_batch():
     target = letters(9, 300)
-    first = pack_texts([letters(1, 100), letters(2, 50), target], None, 2, 512, 8)
-    second = pack_texts([letters(3, 480), letters(4, 7), target], None, 2, 512, 8)
+    first = pack_items([letters(1, 100), letters(2, 50), target], None, 2, 512, 8)
+    second = pack_items([letters(3, 480), letters(4, 7), target], None, 2, 512, 8)
     assert first.segment_row[2] != second.segment_row[2] or first.segment_start[2] != second.segment_start[2]
     a = item_view(first, corrupt(first, Masking(), seed=11, step=5), 2)
     b = item_view(second, corrupt(second, Masking(), seed=11, step=5), 2)
@@ -98,15 +98,15 @@ def test_an_item_is_corrupted_the_same_whatever_shares_its_batch():
 
 def test_item_offset_keys_by_the_global_item_index():
     target = letters(9, 300)
-    alone = pack_texts([target], None, 1, 512, 1)
-    batch = pack_texts([letters(1, 100)] * 5 + [target], None, 2, 512, 8)
+    alone = pack_items([target], None, 1, 512, 1)
+    batch = pack_items([letters(1, 100)] * 5 + [target], None, 2, 512, 8)
     a = item_view(alone, corrupt(alone, Masking(), seed=11, step=5, item_offset=5), 0)
     b = item_view(batch, corrupt(batch, Masking(), seed=11, step=5), 5)
     np.testing.assert_array_equal(a[0], b[0])
 
 
 def test_steps_seeds_and_items_draw_afresh_and_repeats_do_not():
-    packed = pack_texts([letters(9, 2000), letters(9, 2000)], None, 2, 2000, 2)
+    packed = pack_items([letters(9, 2000), letters(9, 2000)], None, 2, 2000, 2)
     base = corrupt(packed, Masking(), seed=11, step=5)
     np.testing.assert_array_equal(base[0], corrupt(packed, Masking(), seed=11, step=5)[0])
     assert not np.array_equal(base[1], corrupt(packed, Masking(), seed=11, step=6)[1])

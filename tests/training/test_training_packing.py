@@ -1,9 +1,9 @@
-"""pack_texts against a plain per-byte reference, and its truncation, drop and bag rules."""
+"""pack_items against a plain per-byte reference, and its truncation, drop and bag rules."""
 
 import numpy as np
 import pytest
 
-from uform.training import PAD, ErrorCode, UFormError, pack_texts
+from uform.training import PAD, ErrorCode, UFormError, pack_items
 
 
 def reference_pack(contents, bags, rows, columns, max_segments, max_bags=0):
@@ -48,7 +48,7 @@ def reference_pack(contents, bags, rows, columns, max_segments, max_bags=0):
 
 
 def assert_matches_reference(contents, bags, rows, columns, max_segments, max_bags=0):
-    packed = pack_texts(contents, bags, rows, columns, max_segments, max_bags)
+    packed = pack_items(contents, bags, rows, columns, max_segments, max_bags)
     expected = reference_pack(contents, bags, rows, columns, max_segments, max_bags)
     for name in ("tokens", "segment_ids", "positions"):
         array = getattr(packed, name)
@@ -125,12 +125,12 @@ def test_the_bag_cap_drops_whole_bags():
 
 
 def test_an_empty_batch_packs_to_padding():
-    packed = pack_texts([], None, 2, 4, 4)
+    packed = pack_items([], None, 2, 4, 4)
     assert packed.segment_count == 0 and (packed.tokens == PAD).all() and (packed.segment_ids == -1).all()
 
 
 def test_bags_must_agree_with_the_items():
     with pytest.raises(UFormError) as error:
-        pack_texts([b"a", b"b"], [0], 1, 4, 4)
+        pack_items([b"a", b"b"], [0], 1, 4, 4)
     assert error.value.code == ErrorCode.SHAPE_MISMATCH
     assert str(error.value) == "bags: 1 entries for 2 items"

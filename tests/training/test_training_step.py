@@ -72,9 +72,11 @@ def test_per_item_arrays_must_agree_with_contents():
             max_choices_per_item=1)
 
 
-def test_media_items_are_unsupported():
-    refused(ErrorCode.UNSUPPORTED, "item 2: IMAGE items are not supported yet", modalities=(0, 0, Modality.IMAGE))
-    refused(ErrorCode.UNSUPPORTED, "item 0: AUDIO items are not supported yet", modalities=(3, 0, 2))
+def test_media_items_of_a_modality_the_run_leaves_out_are_refused():
+    refused(ErrorCode.INVALID_ARGUMENT, "item 2: IMAGE items need batch.image with a positive patch_side; the run "
+            "leaves them out", modalities=(0, 0, Modality.IMAGE))
+    refused(ErrorCode.INVALID_ARGUMENT, "item 0: AUDIO items need batch.audio with a positive chunk_samples; the run "
+            "leaves them out", modalities=(3, 0, 2))
 
 
 def test_invalid_values_name_the_array_and_item():

@@ -27,14 +27,17 @@ class TokenInputs:
     offsets: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int) -> TokenInputs:
-        return cls(ids=device.empty(n, np.int32), positions=device.empty(n, np.int32),
+    def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1) -> TokenInputs:
+        """Buffers for n tokens; positions (n,), or (n, position_axes) for rotary positions on several axes."""
+        positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
+        return cls(ids=device.empty(n, np.int32), positions=positions,
                    spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
                    offsets=device.empty(vocabulary + 1, np.int32))
 
-    def embed(self, out: Buffer, table: Buffer) -> None:
-        """out = table[ids], the rows of the embedding table."""
-        K.embedding_forward(out, table, self.ids, table.shape[1])
+    def embed(self, out: Buffer, table: Buffer, rows: Buffer | None = None, row_of: Buffer | None = None) -> None:
+        """out = table[ids], the rows of the embedding table, plus rows[row_of] where row_of ≥ 0 if given
+        (the media tokens' patch embeddings)."""
+        K.embedding_forward(out, table, self.ids, table.shape[1], rows=rows, row_of=row_of)
 
     def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray) -> None:
         """The embedding table's gradient from the gradient at its output; `ids` are the host copy of

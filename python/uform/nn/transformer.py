@@ -137,6 +137,11 @@ class StackBuffers:
         return self.layers[0].h_in if self.layers else self.work.h_out
 
 
+def position_axes(positions: Buffer) -> int:
+    """How many position columns a (n,) or (n, axes) positions buffer holds."""
+    return positions.shape[1] if len(positions.shape) == 2 else 1
+
+
 class TransformerStack:
     """The blocks' passes over N tokens; activations and scratch are kept per token count."""
 
@@ -168,8 +173,10 @@ class TransformerStack:
 
     def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer) -> Buffer:
         """Run every block over the input buffer (``buffers(n).input``), each token attending within its
-        span (kernels.attention_spans); answers the output of the last block."""
+        span (kernels.attention_spans); answers the output of the last block. positions is int32 (n,), or
+        (n, 3) for rotary positions on three axes (kernels.rotary)."""
         g = self.geometry
+        axes = position_axes(positions)
         buffers = self.buffers(n)
         layers, work = buffers.layers, buffers.work
         scratch = work.scratch
@@ -178,8 +185,8 @@ class TransformerStack:
             K.gemm(b.q, b.a, w.wq, n, g.q_width, g.width)
             K.gemm(b.k, b.a, w.wk, n, g.kv_width, g.width)
             K.gemm(b.v, b.a, w.wv, n, g.kv_width, g.width)
-            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim)
-            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim)
+            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes)
+            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
             K.gemm(scratch, b.o, w.wo, n, g.width, g.q_width)
             K.add(b.h_mid, b.h_in, scratch)
@@ -196,6 +203,7 @@ class TransformerStack:
         """From work.dh (the gradient at the stack's output) to the gradient at its input, also in work.dh;
         every weight's gradient is overwritten in `grads`."""
         g = self.geometry
+        axes = position_axes(positions)
         buffers = self.buffers(n)
         work = buffers.work
         dh, dx, dgain_rows, partial = work.dh, work.dx, work.dgain_rows, work.partial
@@ -216,8 +224,9 @@ class TransformerStack:
             K.gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True)
             K.gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
-            K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True)
-            K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True)
+            K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes)
+            K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
+                     axes=axes)
             K.gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True)
             K.gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True)
             K.gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True)

@@ -1,4 +1,4 @@
-"""The text encoder of ``docs/encoder.md`` and its losses written in PyTorch, for the tests (float64
+"""The encoder of ``docs/encoder.md`` and its losses written in PyTorch, for the tests (float64
 autograd) and as the peer the engine is measured against. Needs torch, which uform does not.
 
 Independent of the engine: dense masks, plain autograd, any dtype and device. The parameter order is
@@ -33,14 +33,15 @@ def _name(value, choices, what):
     return name
 
 
-def encoder_registry(hidden: int, depth: int, groups: int = 1, objective="joint") -> list[dict]:
+def encoder_registry(hidden: int, depth: int, groups: int = 1, objective="joint", media=()) -> list[dict]:
     """The engine's flat parameter order (``uform.training.encoder.encoder_registry``), with the objective
-    also given by name; the tests pin it against ``docs/encoder.md``."""
+    also given by name; the tests pin it against ``docs/encoder.md``. ``media``: (name, width) per media
+    modality."""
     objective = Objective[_name(objective, OBJECTIVES, "objective").upper()]
     if hidden <= 0 or hidden % 128:
         raise ValueError(f"hidden: a positive multiple of 128, got {hidden}")
     return engine_registry(EncoderGeometry(hidden=hidden, depth=depth, groups=groups, objective=objective,
-                                           max_columns=1))
+                                           max_columns=1, media=tuple(media)))
 
 
 def pair_scores(torch, pooled, log_scale, bias, groups, width):
@@ -93,8 +94,26 @@ def _rms_norm(torch, x, gain, eps):
     return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * gain
 
 
-def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-5, rope_base=10000.0):
-    """The final-norm states ``y`` (rows, columns, H) of the tower, from the named parameters ``P``."""
+def rotary_angles(torch, positions, d, rope_base):
+    """The rotary angle of every pair of every token, (B, 1, T, d/2): pair i turns by θ_i = base^(−2i/d)
+    times its position. Positions (B, T) are one axis; (B, T, 3) are (time, row, column), the pairs cut
+    into sections: time the first ⌊d/8⌋, row the next ⌊(d/2 − ⌊d/8⌋)/2⌋, column the rest."""
+    half = d // 2
+    inverse = rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)
+    if positions.dim() == 2:
+        return positions.to(torch.float64)[:, None, :, None] * inverse
+    time_end = half // 4
+    row_end = time_end + (half - time_end) // 2
+    axis = torch.cat([torch.full((time_end,), 0), torch.full((row_end - time_end,), 1),
+                      torch.full((half - row_end,), 2)]).to(positions.device)
+    return positions.to(torch.float64)[:, :, axis][:, None] * inverse
+
+
+def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-5, rope_base=10000.0, media=None):
+    """The final-norm states ``y`` (rows, columns, H) of the tower, from the named parameters ``P``.
+
+    ``media`` (a ``training.media_step.MediaBatch`` or None): each media modality's shown tokens add
+    ``inputs · P[name.patch_embedding]`` to their id's embedding row."""
     F = torch.nn.functional
     device, dtype = P["embedding"].device, P["embedding"].dtype
     tokens, segments, positions = (torch.as_tensor(a, dtype=torch.long, device=device)
@@ -103,9 +122,8 @@ def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-
     H, d = hidden, HEAD_DIM
     heads = H // d
 
-    # Rotary at each token's position inside its segment: angle (B, 1, T, d/2), half-split.
-    inverse = rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
-    angle = positions.to(torch.float64)[:, None, :, None] * inverse
+    # Rotary at each token's position inside its segment, half-split.
+    angle = rotary_angles(torch, positions, d, rope_base)
     cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
 
     def rope(t):
@@ -120,6 +138,13 @@ def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-
     query_real = real[:, None, :, None].to(dtype)
 
     h = P["embedding"][tokens]
+    if media is not None:
+        h = h.reshape(B * T, H)
+        for name, rows in media.modalities.items():
+            inputs = torch.as_tensor(rows.inputs, dtype=dtype, device=device)
+            visible = torch.as_tensor(rows.visible, dtype=torch.long, device=device)
+            h = h.index_add(0, visible, inputs @ P[f"{name}.patch_embedding"])
+        h = h.reshape(B, T, H)
     for i in range(depth):
         w = lambda name: P[f"layers.{i}.{name}"]  # noqa: E731
         a = _rms_norm(torch, h, w("attention_norm"), norm_eps)
@@ -154,16 +179,25 @@ def masked_loss(torch, y, head, targets):
     return F.cross_entropy(logits, targets, ignore_index=-1, reduction="sum") / covered
 
 
+def reconstruction_loss(torch, y, head, hidden_tokens, targets):
+    """``Σ_hidden mean_d (y·head − target)² / hidden``: a media modality's reconstruction term."""
+    states = y.reshape(-1, y.shape[-1])[torch.as_tensor(hidden_tokens, dtype=torch.long, device=y.device)]
+    error = states @ head - torch.as_tensor(targets, dtype=y.dtype, device=y.device)
+    return (error * error).mean(dim=1).sum() / max(len(hidden_tokens), 1)
+
+
 def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positions, targets, groups, sign, weight,
-              widths, form, objective, text_weight, norm_eps=1e-5, rope_base=10000.0) -> dict:
+              widths, form, objective, text_weight, norm_eps=1e-5, rope_base=10000.0, media=None,
+              media_weights=None) -> dict:
     """One step's losses under the flat parameter tensor ``flat`` laid out by ``registry``.
 
     ``tokens``, ``segments`` (packed segment index 0..S−1 or −1 for padding), ``positions`` (inside the
     segment) and ``targets`` (the original byte at covered positions, else −1) are (rows, columns);
     ``groups`` (S,) the temperature group of each segment, ``sign`` and ``weight`` (S, S) the segments'
-    pair targets; ``widths`` the matryoshka prefixes (empty: (hidden,)). Returns ``loss``, ``masked``,
-    ``contrastive`` (0 when the objective lacks it) and ``pooled``, the (S, H) embeddings before
-    normalisation.
+    pair targets; ``widths`` the matryoshka prefixes (empty: (hidden,)); ``media`` a step's media rows
+    (``MediaBatch``) and ``media_weights`` their reconstruction weights by name. Returns ``loss``,
+    ``masked``, ``contrastive`` (0 when the objective lacks it), ``reconstruction`` (by media name) and
+    ``pooled``, the (S, H) embeddings before normalisation.
     """
     objective = _name(objective, OBJECTIVES, "objective")
     form = _name(form, FORMS, "form")
@@ -172,7 +206,7 @@ def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positio
     P = named_tensors(flat, registry)
     zero = flat.sum() * 0  # a zero in the graph, of flat's dtype and device
     y = encode(torch, P, tokens, segments, positions, hidden=hidden, depth=depth, norm_eps=norm_eps,
-               rope_base=rope_base)
+               rope_base=rope_base, media=media)
     S = len(groups)
     pooled = pool(torch, y, segments, S)
 
@@ -187,10 +221,19 @@ def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positio
                                                   groups, d), sign, weight, form) for d in widths]
         contrastive = sum(per_width) / len(per_width)
 
+    reconstruction = {}
+    if objective != "contrastive" and media is not None:
+        reconstruction = {name: reconstruction_loss(torch, y, P[f"{name}.reconstruction"], rows.hidden,
+                                                    rows.targets)
+                          for name, rows in media.modalities.items() if len(rows.hidden)}
+    weights = media_weights or {}
+    reconstructed = sum((weights.get(name, 0.0) * value for name, value in reconstruction.items()), zero)
+
     if objective == "masked":
-        loss = text_weight * masked
+        loss = text_weight * masked + reconstructed
     elif objective == "contrastive":
         loss = contrastive
     else:
-        loss = text_weight * masked + contrastive
-    return {"loss": loss, "masked": masked, "contrastive": contrastive, "pooled": pooled}
+        loss = text_weight * masked + reconstructed + contrastive
+    return {"loss": loss, "masked": masked, "contrastive": contrastive, "reconstruction": reconstruction,
+            "pooled": pooled}

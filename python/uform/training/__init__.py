@@ -6,7 +6,7 @@ Everything here is pure Python and numpy; the engine consumes what it produces:
   defaults and :func:`validate_run`.
 - :mod:`.step_inputs` -- :func:`check_step_inputs`, which checks and normalises
   one step's per-item arrays, with :mod:`.relations` for the contrastive edges.
-- :mod:`.packing` -- :func:`pack_texts`, text items into a device's row grid.
+- :mod:`.packing` -- :func:`pack_items`, items into a device's row grid.
 - :mod:`.masking` -- :func:`corrupt`, keyed span corruption for the masked objective.
 - :mod:`.schedule` -- :func:`learning_rate` of every step.
 - :mod:`.stats`, :mod:`.arena` -- what a step reports and where it lands embeddings.
@@ -20,7 +20,7 @@ from .config import (AudioShape, BatchShape, Choices, Contrastive, DerivedRun, I
 from .enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError
 from .masking import corrupt
-from .packing import Packed, pack_texts
+from .packing import Packed, pack_items
 from .relations import Edges, Relations, check_relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
@@ -33,5 +33,5 @@ __all__ = [
     "LateInteraction", "LateInteractionSide", "MASK", "Masking", "Modality", "Negatives", "Objective", "PAD", "Packed",
     "PairLossForm", "Relations", "Scalar", "Schedule", "StepInputs", "TrainerStepStats", "UFormError",
     "VOCABULARY_SIZE", "VideoShape", "check_relations", "check_step_inputs", "corrupt", "learning_rate",
-    "pack_texts", "pair_targets", "validate_run",
+    "pack_items", "pair_targets", "validate_run",
 ]

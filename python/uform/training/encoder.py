@@ -1,5 +1,6 @@
-"""The text encoder on a device: embedding, a bidirectional segment-masked stack, the final norm,
-and the masked and contrastive heads (math in docs/encoder.md).
+"""The encoder on a device: embedding (bytes, and media patches through their patch embeddings), a
+bidirectional segment-masked stack, the final norm, and the masked, reconstruction and contrastive
+heads (math in docs/encoder.md).
 
 ``encoder_registry`` fixes the flat parameter order (and the checkpoint's tensor names);
 ``EncoderModel`` is the encoder's resident state (``uform.nn.resident``: parameters, gradient and
@@ -9,7 +10,7 @@ gradient; the trainer then applies AdamW.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,13 +20,14 @@ from ..nn.resident import AdamW, HostState, ResidentState, named_tensors, regist
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import StackGeometry, TransformerStack, layer_tensors
 from .enums import Objective
+from .media_step import POSITION_AXES, MediaBatch
 from .vocabulary import VOCABULARY_SIZE
 
 HEAD_DIM = 64
 MLP_RATIO = 4
 NORM_EPS = 1e-5
 ROPE_BASE = 10000.0
-DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head")
+DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head", "patch_embedding", "reconstruction")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class EncoderGeometry:
     groups: int
     objective: Objective
     max_columns: int
+    media: tuple[tuple[str, int], ...] = ()
+    """(name, width) of each media modality the run trains, in ``media_step.MEDIA_KINDS`` order: width is the
+    values one token carries (patch or tube pixels, frame samples)."""
 
     @property
     def masked(self) -> bool:
@@ -59,6 +64,10 @@ def encoder_registry(geometry: EncoderGeometry) -> list[dict]:
         shapes.append(("masked_head", (geometry.hidden, VOCABULARY_SIZE)))
     if geometry.contrastive:
         shapes += [("temperature.log_scale", (geometry.groups,)), ("temperature.bias", (geometry.groups,))]
+    for name, width in geometry.media:
+        shapes.append((f"{name}.patch_embedding", (width, geometry.hidden)))
+        if geometry.masked:
+            shapes.append((f"{name}.reconstruction", (geometry.hidden, width)))
     return tensor_registry(shapes)
 
 
@@ -93,7 +102,7 @@ class StepBatch:
 
     tokens: np.ndarray           # (rows, columns) corrupted inputs
     targets: np.ndarray          # (rows, columns) original bytes at covered positions, −1 elsewhere
-    positions: np.ndarray        # (rows, columns)
+    positions: np.ndarray        # (rows, columns), or (rows, columns, 3): time, row, column
     token_segments: np.ndarray   # (rows, columns) packed segment index, −1 for padding
     segment_starts: np.ndarray   # (S,) flat token index of each segment's first position
     segment_lengths: np.ndarray  # (S,)
@@ -103,6 +112,7 @@ class StepBatch:
     form: int                    # kernels.FORM_WEIGHTED_SIGMOID or FORM_RANKED
     ranked_norm: float
     covered: int                 # positions the masked loss reads
+    media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
 
 
 @dataclass
@@ -111,6 +121,7 @@ class StepLosses:
     contrastive: float
     total: float
     pooled: np.ndarray | None    # (S, hidden) unit-norm full-width embeddings as scored, if asked
+    reconstruction: dict[str, float] = field(default_factory=dict)  # each media modality's mean squared error
 
 
 @dataclass
@@ -156,6 +167,40 @@ class ContrastiveBuffers:
 
 
 @dataclass
+class ModalityBuffers:
+    """One media modality's rows at capacity (a row per token of the step); a step uses their first rows."""
+
+    inputs: Buffer         # (n, width) the shown tokens' pixels or samples
+    visible: Buffer        # (n,) int32 their flat token indices
+    d_embedded: Buffer     # (n, hidden) the gradient at their patch embeddings
+    targets: Buffer        # (n, width) the hidden tokens' reconstruction targets
+    hidden: Buffer         # (n,) int32 their flat token indices
+    states: Buffer         # (n, hidden) their final-norm states
+    d_states: Buffer       # (n, hidden) and the gradient there
+    prediction: Buffer     # (n, width) the reconstruction head's output
+    d_prediction: Buffer   # (n, width)
+    row_losses: Buffer     # (n,)
+
+    @classmethod
+    def allocate(cls, device: Device, n: int, width: int, hidden: int) -> ModalityBuffers:
+        d = device
+        return cls(inputs=d.empty((n, width)), visible=d.empty(n, np.int32), d_embedded=d.empty((n, hidden)),
+                   targets=d.empty((n, width)), hidden=d.empty(n, np.int32), states=d.empty((n, hidden)),
+                   d_states=d.empty((n, hidden)), prediction=d.empty((n, width)), d_prediction=d.empty((n, width)),
+                   row_losses=d.empty(n))
+
+
+@dataclass
+class MediaBuffers:
+    """The media tokens' buffers: every modality's shown patch embeddings stacked (the embedding adds row
+    row_of[t] to token t's id row), and each modality's rows."""
+
+    row_of: Buffer
+    embedded: Buffer
+    modalities: dict[str, ModalityBuffers]
+
+
+@dataclass
 class EncoderBuffers:
     """One step geometry's buffers: the tokens, their packed segments, the final-norm states y (and their
     rstd and gradient dy), and the heads the objective has."""
@@ -167,6 +212,7 @@ class EncoderBuffers:
     dy: Buffer
     masked: CrossEntropyHead | None
     contrastive: ContrastiveBuffers | None
+    media: MediaBuffers | None
 
 
 class EncoderModel(ResidentState):
@@ -190,17 +236,22 @@ class EncoderModel(ResidentState):
             masked = CrossEntropyHead.allocate(d, n, VOCABULARY_SIZE) if g.masked else None
             contrastive = ContrastiveBuffers.allocate(d, segments, g.hidden, self.widths) \
                 if g.contrastive and segments else None
+            media = MediaBuffers(
+                row_of=d.empty(n, np.int32), embedded=d.empty((n, g.hidden)),
+                modalities={name: ModalityBuffers.allocate(d, n, width, g.hidden) for name, width in g.media},
+            ) if g.media else None
             self._buffers[key] = EncoderBuffers(
-                tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE), token_segments=d.empty(n, np.int32),
-                y=d.empty((n, g.hidden)), rstd=d.empty(n), dy=d.empty((n, g.hidden)), masked=masked,
-                contrastive=contrastive)
+                tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES),
+                token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
+                dy=d.empty((n, g.hidden)), masked=masked, contrastive=contrastive, media=media)
         return self._buffers[key]
 
     # ---- one step ------------------------------------------------------------------------------------
 
     def step_losses(self, batch: StepBatch, *, text_weight: float, with_gradient: bool,
-                    want_pooled: bool = False) -> StepLosses:
-        """Forward and losses; with_gradient also the whole backward into self.gradients."""
+                    want_pooled: bool = False, media_weights: dict[str, float] | None = None) -> StepLosses:
+        """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
+        each media modality's reconstruction weight (by name)."""
         g = self.geometry
         rows, columns = batch.tokens.shape
         n, S, H = rows * columns, len(batch.segment_starts), g.hidden
@@ -208,10 +259,18 @@ class EncoderModel(ResidentState):
         self._last_buffers = buffers
         tokens = buffers.tokens
         tokens.ids.write(batch.tokens.reshape(-1))
-        tokens.positions.write(batch.positions.reshape(-1))
+        positions = batch.positions if batch.positions.ndim == 3 else \
+            np.repeat(batch.positions[..., None], POSITION_AXES, -1)
+        tokens.positions.write(positions.reshape(n, POSITION_AXES))
         buffers.token_segments.write(batch.token_segments.reshape(-1))
         tokens.spans.write(K.attention_spans(n, columns, batch.token_segments))
-        tokens.embed(self.stack.buffers(n).input, self.weights["embedding"])
+        media = batch.media if batch.media is not None and batch.media.modalities else None
+        if media is not None:
+            self._embed_media(buffers, media)
+            tokens.embed(self.stack.buffers(n).input, self.weights["embedding"], buffers.media.embedded,
+                         buffers.media.row_of)
+        else:
+            tokens.embed(self.stack.buffers(n).input, self.weights["embedding"])
         h = self.stack.forward(self.layer_weights, n, tokens.positions, tokens.spans)
         K.rmsnorm_forward(buffers.y, buffers.rstd, h, self.weights["final_norm"], NORM_EPS)
 
@@ -219,13 +278,19 @@ class EncoderModel(ResidentState):
         dy_written = False
         if g.masked:
             masked, dy_written = self._masked(buffers, batch, text_weight, with_gradient)
+        reconstruction = {}
+        if g.masked and g.media:
+            reconstruction, dy_written = self._reconstruct(buffers, media, media_weights or {}, with_gradient,
+                                                           dy_written)
         pooled = None
         if buffers.contrastive is not None:
             contrastive, pooled = self._contrastive(buffers, batch, with_gradient, dy_written, want_pooled)
             dy_written = dy_written or with_gradient
         weight = text_weight if g.masked else 0.0
-        losses = StepLosses(masked=masked, contrastive=contrastive, total=weight * masked + contrastive,
-                            pooled=pooled)
+        total = weight * masked + sum((media_weights or {}).get(name, 0.0) * loss
+                                      for name, loss in reconstruction.items()) + contrastive
+        losses = StepLosses(masked=masked, contrastive=contrastive, total=total, pooled=pooled,
+                            reconstruction=reconstruction)
         if not with_gradient:
             return losses
         if not dy_written:
@@ -235,7 +300,79 @@ class EncoderModel(ResidentState):
         K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial)
         dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
         tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens)
+        if g.media:
+            self._patch_embedding_backward(buffers, media, dh)
         return losses
+
+    # ---- media: patch embeddings in, reconstruction heads out -----------------------------------------
+
+    def _embed_media(self, buffers: EncoderBuffers, media: MediaBatch) -> None:
+        """Each modality's shown tokens through its patch embedding (E = inputs·W), stacked in order."""
+        H = self.geometry.hidden
+        stacked = 0
+        for name, width in self.geometry.media:
+            rows = media.modalities.get(name)
+            if rows is None or rows.visible.size == 0:
+                continue
+            b, shown = buffers.media.modalities[name], rows.visible.size
+            inputs = b.inputs.view(0, (shown, width))
+            inputs.write(rows.inputs)
+            b.visible.view(0, shown).write(rows.visible)
+            K.gemm(buffers.media.embedded.view(stacked * H, (shown, H)), inputs,
+                   self.weights[f"{name}.patch_embedding"], shown, H, width)
+            stacked += shown
+        buffers.media.row_of.write(media.row_of)
+
+    def _patch_embedding_backward(self, buffers: EncoderBuffers, media: MediaBatch | None, dh: Buffer) -> None:
+        """dW = inputsᵀ·dE for each modality, dE the input gradient at its shown tokens (zero without any)."""
+        H = self.geometry.hidden
+        for name, width in self.geometry.media:
+            gradient = self.weight_grads[f"{name}.patch_embedding"]
+            rows = media.modalities.get(name) if media is not None else None
+            if rows is None or rows.visible.size == 0:
+                K.fill(gradient, 0.0)
+                continue
+            b, shown = buffers.media.modalities[name], rows.visible.size
+            d_embedded = b.d_embedded.view(0, (shown, H))
+            K.gather_rows(d_embedded, dh, b.visible.view(0, shown), H)
+            K.gemm(gradient, b.inputs.view(0, (shown, width)), d_embedded, width, H, shown, transpose_a=True)
+
+    def _reconstruct(self, buffers: EncoderBuffers, media: MediaBatch | None, weights: dict[str, float],
+                     with_gradient: bool, dy_written: bool) -> tuple[dict[str, float], bool]:
+        """Each modality's reconstruction head over its hidden tokens: prediction = y·R, loss = the mean over
+        hidden tokens of the mean squared error against the normalised targets; the gradient (scaled by the
+        modality's weight) goes into dy. A modality with no hidden token has loss 0 and a zero gradient."""
+        H = self.geometry.hidden
+        losses = {}
+        for name, width in self.geometry.media:
+            gradient = self.weight_grads[f"{name}.reconstruction"]
+            rows = media.modalities.get(name) if media is not None else None
+            if rows is None or rows.hidden.size == 0:
+                if with_gradient:
+                    K.fill(gradient, 0.0)
+                continue
+            b, count = buffers.media.modalities[name], rows.hidden.size
+            hidden, states = b.hidden.view(0, count), b.states.view(0, (count, H))
+            targets, prediction = b.targets.view(0, (count, width)), b.prediction.view(0, (count, width))
+            d_prediction, row_losses = b.d_prediction.view(0, (count, width)), b.row_losses.view(0, count)
+            hidden.write(rows.hidden)
+            targets.write(rows.targets)
+            head = self.weights[f"{name}.reconstruction"]
+            K.gather_rows(states, buffers.y, hidden, H)
+            K.gemm(prediction, states, head, count, width, H)
+            K.mse_rows(row_losses, d_prediction if with_gradient else None, prediction, targets,
+                       grad_scale=weights.get(name, 0.0) / count)
+            losses[name] = float(np.sum(row_losses.numpy(), dtype=np.float64) / count)
+            if not with_gradient:
+                continue
+            if not dy_written:
+                K.fill(buffers.dy, 0.0)
+                dy_written = True
+            d_states = b.d_states.view(0, (count, H))
+            K.gemm(gradient, states, d_prediction, H, width, count, transpose_a=True)
+            K.gemm(d_states, d_prediction, head, count, H, width, transpose_b=True)
+            K.scatter_rows(buffers.dy, d_states, hidden, H, accumulate=True)
+        return losses, dy_written
 
     def _masked(self, buffers: EncoderBuffers, batch: StepBatch, text_weight: float,
                 with_gradient: bool) -> tuple[float, bool]:

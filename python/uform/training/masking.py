@@ -112,18 +112,20 @@ def corrupt_segment(rng: np.random.Generator, tokens: np.ndarray,
     return inputs, targets
 
 
-def corrupt(packed: Packed, masking: Masking, seed: int, step: int,
-            item_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset: int = 0,
+            text_segments: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(inputs, targets)``, each shaped like ``packed.tokens`` (int32): the corrupted grid and what to predict.
 
     ``masking`` is derived here, so zeros take their defaults. ``item_offset``
-    is added to each segment's item index to form its key.
+    is added to each segment's item index to form its key. ``text_segments``
+    (a boolean per segment; None: all) says which segments are text: the others
+    (media) pass through untouched, with no targets.
     """
     masking = masking.derived()
     columns = packed.tokens.shape[1]
     inputs = packed.tokens.copy().reshape(-1)
     targets = np.full(inputs.size, IGNORED_TARGET, np.int32)
-    for segment in range(packed.segment_count):
+    for segment in range(packed.segment_count) if text_segments is None else np.flatnonzero(text_segments):
         begin = int(packed.segment_row[segment]) * columns + int(packed.segment_start[segment])
         end = begin + int(packed.segment_length[segment])
         rng = corruption_generator(seed, step, item_offset + int(packed.item_of_segment[segment]))

@@ -1,10 +1,12 @@
-"""Packing text items into a device's fixed grid of rows.
+"""Packing items into a device's fixed grid of rows.
 
 A device's step carries at most ``max_rows`` rows of ``max_columns`` positions
 and ``max_segments`` segments across them (``BatchShape``). Every item becomes
-one *segment*: its UTF-8 bytes, a byte per position. Packing is deterministic:
+one *segment* of token ids: a text's UTF-8 bytes, a byte per position, or a media
+item's ids, a patch (tube, frame) per position, given as an int32 array (its
+patches were already fitted to a row, ``uform.media``). Packing is deterministic:
 
-1. An item longer than a row is cut to its first ``max_columns`` bytes
+1. An item longer than a row is cut to its first ``max_columns`` tokens
    (``truncated`` counts the packed items that were cut).
 2. Items are grouped into bags -- items sharing a bag id -- taken in the order
    of each bag's first item, and within a bag in item order. With no bags every
@@ -34,10 +36,10 @@ from .vocabulary import PAD
 
 @dataclass(frozen=True, eq=False)
 class Packed:
-    """One device's packed text: the token grid, its segment map, and what did not fit."""
+    """One device's packed items: the token grid, its segment map, and what did not fit."""
 
     tokens: np.ndarray
-    """``(rows, columns)`` int32: the byte at each position, ``PAD`` where no segment is."""
+    """``(rows, columns)`` int32: the token id at each position, ``PAD`` where no segment is."""
     segment_ids: np.ndarray
     """``(rows, columns)`` int32: the packed segment covering each position, -1 for padding."""
     positions: np.ndarray
@@ -52,6 +54,9 @@ class Packed:
     """``(segments,)`` int32: the column each segment starts at."""
     segment_length: np.ndarray
     """``(segments,)`` int32: the positions each segment covers, at most a row."""
+    flat: np.ndarray
+    """``(packed positions,)`` int64: the flat grid index of every packed token, segment after segment,
+    each segment's tokens in order; ``grid.reshape(-1)[flat] = values`` places per-token values."""
     truncated: int
     """Packed items cut at a row's width."""
     dropped: int
@@ -110,9 +115,17 @@ def _place_bags(lengths: np.ndarray, bags: np.ndarray, max_rows: int, max_column
     return np.concatenate(items), np.concatenate(rows), np.concatenate(starts), int(dropped)
 
 
-def pack_texts(contents: Sequence[bytes], bags, max_rows: int, max_columns: int, max_segments: int,
+def token_ids(content: bytes | np.ndarray) -> np.ndarray:
+    """An item's token ids: a text's bytes, or the ids a media item was given."""
+    if isinstance(content, np.ndarray):
+        return content.astype(np.int32, copy=False)
+    return np.frombuffer(content, np.uint8).astype(np.int32)
+
+
+def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_columns: int, max_segments: int,
                max_bags: int = 0) -> Packed:
-    """Packs every item's bytes as one segment into ``max_rows`` rows of ``max_columns``; see the module doc.
+    """Packs every item's tokens (:func:`token_ids`) as one segment into ``max_rows`` rows of ``max_columns``;
+    see the module doc.
 
     ``bags`` holds one bag id per item, or None for every item its own bag;
     ``max_bags`` caps the bags packed, zero leaving them uncapped.
@@ -128,7 +141,8 @@ def pack_texts(contents: Sequence[bytes], bags, max_rows: int, max_columns: int,
     segment_count = item_of_segment.size
     segment_length = lengths[item_of_segment]
 
-    data = np.frombuffer(b"".join(contents[item][:max_columns] for item in item_of_segment), np.uint8)
+    data = np.concatenate([np.empty(0, np.int32), *(token_ids(contents[item])[:max_columns]
+                                                      for item in item_of_segment)])
     segment_of_position = np.repeat(np.arange(segment_count), segment_length)
     within = np.arange(data.size) - (np.cumsum(segment_length) - segment_length)[segment_of_position]
     flat = (segment_row * max_columns + segment_start)[segment_of_position] + within
@@ -147,4 +161,4 @@ def pack_texts(contents: Sequence[bytes], bags, max_rows: int, max_columns: int,
                   positions=positions.reshape(grid), item_of_segment=item_of_segment.astype(np.int32),
                   segment_of_item=segment_of_item, segment_row=segment_row.astype(np.int32),
                   segment_start=segment_start.astype(np.int32), segment_length=segment_length.astype(np.int32),
-                  truncated=int(np.count_nonzero(full_lengths[item_of_segment] > max_columns)), dropped=dropped)
+                  flat=flat.astype(np.int64), truncated=int(np.count_nonzero(full_lengths[item_of_segment] > max_columns)), dropped=dropped)

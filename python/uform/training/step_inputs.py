@@ -8,10 +8,10 @@ the array and the item at fault:
   ``temperature_groups``, ``sides``, ``choices``, ``choice_targets``, a relations
   offsets array) whose length disagrees with ``contents``, or an item's targets
   not as many as its choices.
-- ``UNSUPPORTED``: an item of a modality this build does not train yet; only
-  ``Modality.TEXT`` is supported, so "item 2: IMAGE items are not supported yet".
 - ``INVALID_ARGUMENT``: everything else -- a modality or side that names no
-  enumerator, content that is neither bytes nor str, an empty text (it would pool
+  enumerator, an item of a media modality the run's batch shape leaves out
+  ("item 2: IMAGE items need batch.image with a positive patch_side"), text
+  content that is neither bytes nor str, an empty text (it would pool
   zero positions), a temperature group at or past the run's count, an item
   offering more choices than the batch allows or one byte twice, targets that are
   negative or do not sum to one, ``choice_targets`` without ``choices`` or the
@@ -33,7 +33,7 @@ from .arrays import first_not_finite_non_negative, per_item
 from .enums import LateInteractionSide, Modality, Scalar
 from .errors import ErrorCode, UFormError
 from .relations import Relations, check_relations, edge_owners
-from .tapes import as_float_entries, as_texts
+from .tapes import as_float_entries, as_text, as_texts, entries
 
 CHOICE_TARGET_TOLERANCE = 1e-3
 """How far an item's choice targets may sum from one, for float32 rounding."""
@@ -45,8 +45,9 @@ class StepInputs:
 
     modalities: np.ndarray
     """int32 ``Modality`` values."""
-    contents: list[bytes]
-    """Each item's bytes, UTF-8 for text."""
+    contents: list
+    """Each item's content: UTF-8 bytes for text; a media item as given (file bytes or a decoded array),
+    checked when it is decoded (``uform.media``)."""
     bags: np.ndarray
     """uint32 bag ids; every item its own bag (its index) when none were given."""
     temperature_groups: np.ndarray
@@ -77,12 +78,18 @@ def _enum_values(name: str, value, item_count: int, enum: type) -> np.ndarray | 
     return array.astype(np.int32)
 
 
-def _check_modalities(modalities: np.ndarray) -> None:
-    unsupported = np.flatnonzero(modalities != Modality.TEXT)
-    if unsupported.size:
-        item = int(unsupported[0])
-        raise UFormError(ErrorCode.UNSUPPORTED,
-                         f"item {item}: {Modality(modalities[item]).name} items are not supported yet")
+MEDIA_SHAPE_FIELDS = {Modality.IMAGE: "batch.image with a positive patch_side",
+                      Modality.VIDEO: "batch.video with a positive patch_side",
+                      Modality.AUDIO: "batch.audio with a positive chunk_samples"}
+
+
+def _check_modalities(modalities: np.ndarray, enabled: frozenset) -> None:
+    left_out = np.flatnonzero(~np.isin(modalities, list(enabled)))
+    if left_out.size:
+        item = int(left_out[0])
+        modality = Modality(modalities[item])
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"item {item}: {modality.name} items need "
+                         f"{MEDIA_SHAPE_FIELDS[modality]}; the run leaves them out")
 
 
 def _check_choice_values(owners: np.ndarray, data: np.ndarray, probabilities: np.ndarray,
@@ -139,24 +146,27 @@ def _choices(choices, choice_targets, item_count: int, max_choices_per_item: int
 def check_step_inputs(modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
                       choice_targets=None, relations: Relations | None = None, temperature_group_count: int = 1,
                       max_edges_per_device: int | None = None, max_choices_per_item: int = 0,
-                      outputs_scalar: Scalar = Scalar.F32) -> StepInputs:
+                      outputs_scalar: Scalar = Scalar.F32,
+                      modalities_enabled: frozenset = frozenset({Modality.TEXT})) -> StepInputs:
     """Checks one step's inputs against each other and the run, answering them normalised; see the module doc.
 
     ``temperature_group_count`` is the run's derived ``contrastive.temperature_groups``,
     ``max_edges_per_device`` the edge capacity of these items (None: uncapped),
-    ``max_choices_per_item`` the batch's.
+    ``max_choices_per_item`` the batch's, ``modalities_enabled`` the modalities the run trains.
     """
-    texts = as_texts("contents", contents)
-    item_count = len(texts)
+    content_entries = entries("contents", contents)
+    item_count = len(content_entries)
     modality_values = _enum_values("modalities", modalities, item_count, Modality)
     if modality_values is None:
         if item_count:
             raise UFormError(ErrorCode.SHAPE_MISMATCH, f"modalities: 0 entries for {item_count} items")
         modality_values = np.empty(0, np.int32)
-    _check_modalities(modality_values)
-    empty = np.flatnonzero(np.fromiter(map(len, texts), np.int64, count=item_count) == 0)
-    if empty.size:
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: item {empty[0]} is empty")
+    _check_modalities(modality_values, modalities_enabled)
+    texts = [as_text("contents", item, entry) if modality == Modality.TEXT else entry
+             for item, (modality, entry) in enumerate(zip(modality_values, content_entries))]
+    for item in np.flatnonzero(modality_values == Modality.TEXT):
+        if not texts[item]:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: item {item} is empty")
 
     bag_values = per_item("bags", bags, item_count, np.uint32)
     groups = per_item("temperature_groups", temperature_groups, item_count, np.uint32)

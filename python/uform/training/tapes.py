@@ -54,25 +54,29 @@ def _entries(name: str, value, item_count: int | None) -> list:
     return entries
 
 
-def as_texts(name: str, value, item_count: int | None = None) -> list[bytes]:
-    """Each item's bytes, ``str`` encoded as UTF-8; refuses other types naming the item.
-
-    ``item_count`` None takes as many items as ``value`` holds, as ``contents`` defines the step's count.
-    """
+def entries(name: str, value, item_count: int | None = None) -> list:
+    """Each item's entry as given; ``item_count`` None takes as many items as ``value`` holds, as
+    ``contents`` defines the step's count."""
     if isinstance(value, (str, bytes)):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: expected one entry per item, got a single text")
-    texts = []
-    for item, entry in enumerate(_entries(name, value, item_count)):
-        if isinstance(entry, str):
-            texts.append(entry.encode("utf-8"))
-        elif isinstance(entry, (bytes, bytearray, memoryview)):
-            texts.append(bytes(entry))
-        elif isinstance(entry, np.ndarray) and entry.dtype == np.uint8 and entry.ndim == 1:
-            texts.append(entry.tobytes())
-        else:
-            raise UFormError(ErrorCode.INVALID_ARGUMENT,
-                             f"{name}: item {item} is {type(entry).__name__}, not bytes, a uint8 array or str")
-    return texts
+    return _entries(name, value, item_count)
+
+
+def as_text(name: str, item: int, entry) -> bytes:
+    """One item's bytes, ``str`` encoded as UTF-8; refuses other types naming the item."""
+    if isinstance(entry, str):
+        return entry.encode("utf-8")
+    if isinstance(entry, (bytes, bytearray, memoryview)):
+        return bytes(entry)
+    if isinstance(entry, np.ndarray) and entry.dtype == np.uint8 and entry.ndim == 1:
+        return entry.tobytes()
+    raise UFormError(ErrorCode.INVALID_ARGUMENT,
+                     f"{name}: item {item} is {type(entry).__name__}, not bytes, a uint8 array or str")
+
+
+def as_texts(name: str, value, item_count: int | None = None) -> list[bytes]:
+    """Each item's bytes (:func:`as_text`)."""
+    return [as_text(name, item, entry) for item, entry in enumerate(entries(name, value, item_count))]
 
 
 def as_float_entries(name: str, value, item_count: int) -> list[np.ndarray]:

@@ -31,10 +31,12 @@ from . import checkpoint
 from .arena import Arena
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
 from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
-from .enums import Objective, PairLossForm, Scalar
+from .enums import Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError
 from .masking import corrupt
-from .packing import pack_texts
+from ..media.pool import DecodePool
+from .media_step import KIND_OF, MEDIA_KINDS, POSITION_AXES, media_geometry, media_tokens, place_media, prepare_items
+from .packing import pack_items
 from .relations import Relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
@@ -54,6 +56,7 @@ class Trainer:
         self._dropped_unread = 0
         self._lock = threading.Lock()
         self._worker: ThreadPoolExecutor | None = None
+        self._pool: DecodePool | None = None  # decodes a step's media items on threads
 
     # ---- creation ------------------------------------------------------------------------------------
 
@@ -80,7 +83,8 @@ class Trainer:
         if run.choices.weight > 0:
             raise UFormError(ErrorCode.UNSUPPORTED, "choices.weight: calibrated choices are not supported yet")
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
-                                   objective=run.objective, max_columns=run.batch.max_columns_per_row)
+                                   objective=run.objective, max_columns=run.batch.max_columns_per_row,
+                                   media=media_geometry(run.batch))
         registry = encoder_registry(geometry)
         run_text = checkpoint.run_json(run)
         if resume is not None:
@@ -153,14 +157,15 @@ class Trainer:
                 choices=choices, choice_targets=choice_targets, relations=relations,
                 temperature_group_count=run.contrastive.temperature_groups,
                 max_edges_per_device=run.contrastive.max_edges_per_device,
-                max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar)
+                max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
+                modalities_enabled=self._modalities_enabled())
             if arena is not None and not isinstance(arena, Arena):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
             step = self._step + 1
             batch, packed = self.step_batch(inputs, bags is not None, step)
             want_pooled = arena is not None and run.objective != Objective.MASKED
             losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True,
-                                             want_pooled=want_pooled)
+                                             want_pooled=want_pooled, media_weights=self._media_weights())
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
@@ -171,7 +176,11 @@ class Trainer:
             if stats is not None:
                 stats.step, stats.learning_rate, stats.loss = step, rate, losses.total
                 stats.contrastive_loss, stats.masked_text_loss = losses.contrastive, losses.masked
-                stats.truncated, stats.dropped = packed.truncated, self._dropped_unread
+                stats.masked_image_loss = losses.reconstruction.get("image", 0.0)
+                stats.masked_video_loss = losses.reconstruction.get("video", 0.0)
+                stats.masked_audio_loss = losses.reconstruction.get("audio", 0.0)
+                media_truncated = batch.media.truncated if batch.media is not None else 0
+                stats.truncated, stats.dropped = packed.truncated + media_truncated, self._dropped_unread
                 self._dropped_unread = 0
             if not want_pooled:
                 return None
@@ -189,14 +198,16 @@ class Trainer:
             inputs = check_step_inputs(modalities, contents, relations=relations,
                                        temperature_groups=temperature_groups,
                                        temperature_group_count=run.contrastive.temperature_groups,
-                                       max_edges_per_device=run.contrastive.max_edges_per_device)
+                                       max_edges_per_device=run.contrastive.max_edges_per_device,
+                                       modalities_enabled=self._modalities_enabled())
             step = self._step + 1 if corrupt_as_step is None else corrupt_as_step
             batch, packed = self.step_batch(inputs, False, step)
             contrastive = run.objective != Objective.MASKED
             losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=False,
-                                             want_pooled=contrastive)
+                                             want_pooled=contrastive, media_weights=self._media_weights())
             result = {"loss": losses.total, "masked_text_loss": losses.masked,
-                      "contrastive_loss": losses.contrastive}
+                      "contrastive_loss": losses.contrastive,
+                      **{f"masked_{name}_loss": loss for name, loss in losses.reconstruction.items()}}
             if contrastive:
                 embeddings = np.zeros((len(inputs.contents), run.hidden), np.float32)
                 embeddings[packed.item_of_segment] = losses.pooled
@@ -207,28 +218,50 @@ class Trainer:
                 result["masked_accuracy"] = float(np.mean(predicted == batch.targets.reshape(-1)[covered]))
             return result
 
+    def _modalities_enabled(self) -> frozenset:
+        return frozenset({Modality.TEXT} | {kind.modality for kind in MEDIA_KINDS if kind.width(self._run.batch)})
+
+    def _media_weights(self) -> dict[str, float]:
+        return {kind.name: kind.weight(self._run.masking) for kind in MEDIA_KINDS}
+
+    def _decode_pool(self) -> DecodePool:
+        if self._pool is None:
+            self._pool = DecodePool()
+        return self._pool
+
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int):
-        """Pack, corrupt and resolve one step's items on the host: (StepBatch, Packed)."""
+        """Decode media, pack, corrupt and resolve one step's items on the host: (StepBatch, Packed)."""
         run = self._run
         shape = run.batch
-        packed = pack_texts(inputs.contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
+        media_items = prepare_items(inputs.modalities, inputs.contents, shape, self._decode_pool())
+        contents = [media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
+                    if i in media_items else content for i, content in enumerate(inputs.contents)]
+        packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
                             shape.max_columns_per_row, shape.max_segments_per_device, shape.max_bags_per_device)
         columns = shape.max_columns_per_row
         if run.objective == Objective.CONTRASTIVE:
-            tokens, targets = packed.tokens, np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
+            tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
         else:
-            tokens, targets = corrupt(packed, run.masking, self._seed, step)
+            text_segments = inputs.modalities[packed.item_of_segment] == Modality.TEXT
+            tokens, targets = corrupt(packed, run.masking, self._seed, step, text_segments=text_segments)
+        positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
+        media = None
+        if media_items:
+            masking = run.masking if run.objective != Objective.CONTRASTIVE else None
+            media = place_media(packed, tokens.reshape(-1), positions.reshape(-1, POSITION_AXES),
+                                inputs.modalities, media_items, masking, self._seed, step)
         items = packed.item_of_segment
         sign, weight = pair_targets(inputs.relations, len(inputs.contents), run.contrastive.negatives,
                                     run.contrastive.ambient_repulsion_weight)
         sign, weight = sign[np.ix_(items, items)], weight[np.ix_(items, items)].astype(np.float64)
         form, folded, ranked_norm = fold_normalisation(run.contrastive.pair_loss, sign, weight)
         batch = StepBatch(
-            tokens=tokens, targets=targets, positions=packed.positions, token_segments=packed.segment_ids,
+            tokens=tokens, targets=targets, positions=positions, token_segments=packed.segment_ids,
             segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
             segment_lengths=packed.segment_length.astype(np.int32),
             groups=inputs.temperature_groups[items].astype(np.int32), sign=sign.astype(np.float32),
-            weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)))
+            weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)),
+            media=media)
         return batch, packed
 
     # ---- save ----------------------------------------------------------------------------------------------------

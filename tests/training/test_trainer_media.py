@@ -1,0 +1,180 @@
+"""uform.Trainer with image, video and audio items: whole-step gradients against the float64 torch
+reimplementation, the mixed step's bookkeeping (masks, truncation, packing), exact resume, and refusals
+that change nothing."""
+
+import io
+
+import numpy as np
+import pytest
+import soundfile
+
+import uform
+from media_files import encode_image, encode_video, moving_frames
+from trainer_cases import assert_gradients_match, engine_and_reference
+from uform.media import masked_count
+from uform.training import check_step_inputs
+from uform.training.vocabulary import AUDIO_MASK, AUDIO_TOKEN, IMAGE_MASK, IMAGE_TOKEN, VIDEO_MASK, VIDEO_TOKEN
+
+M = uform.Modality
+MEDIA_SHAPES = dict(image=uform.ImageShape(patch_side=4), video=uform.VideoShape(patch_side=8),
+                    audio=uform.AudioShape(chunk_samples=64, sample_rate=8000))
+
+
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    out = io.BytesIO()
+    soundfile.write(out, samples, rate, format="WAV", subtype="FLOAT")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, bytes]:
+    """Small files of every kind the trainer takes, written here."""
+    rng = np.random.default_rng(5)
+    pixels = lambda h, w, c=3: rng.integers(0, 256, (h, w, c), dtype=np.uint8)  # noqa: E731
+    return {
+        "png": encode_image(pixels(10, 14, 4), "PNG"), "jpeg": encode_image(pixels(9, 8), "JPEG", quality=90),
+        "webp": encode_image(pixels(12, 12), "WEBP", lossless=True),
+        "mp4": encode_video(moving_frames(5, 16, 16), "mp4", "libx264"),
+        "webm": encode_video(moving_frames(4, 16, 24), "webm", "libvpx"),
+        "wav": wav_bytes((0.2 * np.sin(np.arange(900) * 0.3)).astype(np.float32), 8000),
+    }
+
+
+def mixed(files):
+    """Captions and media in pairs: text 2k attracts media 2k + 1."""
+    items = [(M.TEXT, "a red square"), (M.IMAGE, files["png"]), (M.TEXT, "a blue dot"), (M.IMAGE, files["jpeg"]),
+             (M.TEXT, "green noise"), (M.IMAGE, files["webp"]), (M.TEXT, "colours moving"), (M.VIDEO, files["mp4"]),
+             (M.TEXT, "colours drifting"), (M.VIDEO, files["webm"]), (M.TEXT, "a soft hum"), (M.AUDIO, files["wav"])]
+    partners = [i ^ 1 for i in range(len(items))]
+    return [m for m, _ in items], [c for _, c in items], uform.Relations(attract=(np.arange(13), partners))
+
+
+def media_trainer(objective=uform.Objective.JOINT, steps=20, executor=None, **batch):
+    shape = dict(max_rows_per_device=4, max_segments_per_device=12, max_columns_per_row=48, **MEDIA_SHAPES) | batch
+    return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=128, objective=objective,
+                                   batch=uform.BatchShape(**shape),
+                                   schedule=uform.Schedule(steps=steps, learning_rate=2e-3, warmup_steps=1), seed=9)
+
+
+@pytest.mark.parametrize("objective", [uform.Objective.JOINT, uform.Objective.MASKED, uform.Objective.CONTRASTIVE])
+def test_media_step_gradients_match_float64_reference(files, objective):
+    trainer = media_trainer(objective)
+    modalities, contents, relations = mixed(files)
+    losses, gradient, reference, expected = engine_and_reference(trainer, relations, contents=contents,
+                                                                 modalities=modalities)
+    assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
+    if objective != uform.Objective.CONTRASTIVE:
+        assert set(losses.reconstruction) == {"image", "video", "audio"}
+        for name, value in losses.reconstruction.items():
+            assert value == pytest.approx(float(reference["reconstruction"][name]), rel=2e-5)
+    names = {entry["name"] for entry in trainer.model.registry}
+    assert {"image.patch_embedding", "video.patch_embedding", "audio.patch_embedding"} <= names
+    assert ("image.reconstruction" in names) == (objective != uform.Objective.CONTRASTIVE)
+    assert_gradients_match(trainer, gradient, expected)
+
+
+def test_mixed_step_masks_each_item_exactly_and_places_its_tokens(files):
+    trainer = media_trainer()
+    modalities, contents, relations = mixed(files)
+    inputs = check_step_inputs(modalities, contents, modalities_enabled=trainer._modalities_enabled())
+    batch, packed = trainer.step_batch(inputs, False, step=4)
+    tokens = batch.tokens.reshape(-1)
+    positions = batch.positions.reshape(-1, 3)
+    ends = np.cumsum(packed.segment_length)
+    for segment, item in enumerate(packed.item_of_segment):
+        flat = packed.flat[ends[segment] - packed.segment_length[segment]:ends[segment]]
+        shown, hidden = {M.IMAGE: (IMAGE_TOKEN, IMAGE_MASK), M.VIDEO: (VIDEO_TOKEN, VIDEO_MASK),
+                         M.AUDIO: (AUDIO_TOKEN, AUDIO_MASK)}.get(modalities[item], (None, None))
+        if shown is None:
+            assert np.all(tokens[flat] < 258) and np.all(positions[flat] == np.arange(flat.size)[:, None])
+            continue
+        assert set(np.unique(tokens[flat])) <= {shown, hidden}
+        assert np.count_nonzero(tokens[flat] == hidden) == masked_count(flat.size, 0.75)
+        if modalities[item] == M.IMAGE:
+            assert np.all(positions[flat][:, 0] == 0)
+    assert batch.media.row_of[tokens == IMAGE_MASK].max() == -1
+    image = batch.media.modalities["image"]
+    assert image.inputs.shape == (image.visible.size, 4 * 4 * 4)  # RGBA patches of side 4
+    assert batch.media.modalities["video"].inputs.shape[1] == 2 * 8 * 8 * 3  # tubes of two RGB frames
+
+
+def test_mixed_steps_report_every_head_and_learn(files):
+    trainer = media_trainer(steps=30)
+    modalities, contents, relations = mixed(files)
+    stats = uform.TrainerStepStats()
+    trainer.step(modalities, contents, relations=relations, stats=stats)
+    first = (stats.masked_image_loss, stats.masked_video_loss, stats.masked_audio_loss, stats.contrastive_loss)
+    assert all(value > 0 for value in first) and stats.truncated == 0 and stats.dropped == 0
+    for _ in range(25):
+        trainer.step(modalities, contents, relations=relations, stats=stats)
+    assert stats.contrastive_loss < 0.5 * first[3]
+    assert stats.masked_image_loss < first[0]
+
+
+def test_long_clips_are_cut_and_counted_and_items_that_do_not_fit_are_dropped(files):
+    trainer = media_trainer(max_rows_per_device=1, max_columns_per_row=8, max_segments_per_device=4)
+    stats = uform.TrainerStepStats()
+    # The mp4's 5 frames make 3 time slices of 2×2 tubes: 12 tubes, past a row of 8, so its first 2 slices stay.
+    trainer.step([M.VIDEO, M.TEXT], [files["mp4"], "no room left"], stats=stats)
+    assert stats.truncated == 1 and stats.dropped == 1
+
+
+def checkpoint_tensors(path) -> dict:
+    from safetensors.numpy import load_file
+
+    return load_file(path)
+
+
+def test_media_resume_continues_exactly(files, tmp_path):
+    modalities, contents, relations = mixed(files)
+    straight = media_trainer(steps=6)
+    for _ in range(6):
+        straight.step(modalities, contents, relations=relations)
+    straight.save(tmp_path / "straight.safetensors")
+    first = media_trainer(steps=6)
+    for _ in range(3):
+        first.step(modalities, contents, relations=relations)
+    first.save(tmp_path / "half.safetensors")
+    resumed = uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "half.safetensors", depth=1,
+                                      hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=12,
+                                                             max_columns_per_row=48, **MEDIA_SHAPES),
+                                      schedule=uform.Schedule(steps=6, learning_rate=2e-3, warmup_steps=1), seed=9)
+    for _ in range(3):
+        resumed.step(modalities, contents, relations=relations)
+    resumed.save(tmp_path / "resumed.safetensors")
+    a, b = checkpoint_tensors(tmp_path / "straight.safetensors"), checkpoint_tensors(tmp_path / "resumed.safetensors")
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(a[name].view(np.uint32), b[name].view(np.uint32)) for name in a)
+
+
+def bad_items(files):
+    """(modality, content, what the refusal says) of items no step may take."""
+    return [
+        (M.IMAGE, files["png"][: len(files["png"]) // 2], "item 1:"),
+        (M.VIDEO, files["png"], "item 1:"),
+        (M.IMAGE, b"", "item 1:"),
+        (M.IMAGE, np.zeros((4, 4, 3), np.float32), "item 1:"),
+        (M.IMAGE, np.zeros((0, 4, 3), np.uint8), "item 1:"),
+        (M.AUDIO, (np.array([0.0, np.nan], np.float32), 8000), "item 1:"),
+        (M.AUDIO, (np.zeros(10, np.float32), 0), "item 1:"),
+        (M.VIDEO, files["mp4"][:300], "item 1:"),
+    ]
+
+
+def test_bad_media_items_are_refused_by_index_and_change_nothing(files):
+    trainer = media_trainer()
+    before = trainer.model.parameters.numpy()
+    for modality, content, message in bad_items(files):
+        with pytest.raises(uform.UFormError, match=message) as error:
+            trainer.step([M.TEXT, modality], ["a caption", content])
+        assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT, str(error.value)
+    assert trainer.completed_steps == 0
+    assert np.array_equal(trainer.model.parameters.numpy(), before)
+
+
+def test_media_of_a_modality_the_run_leaves_out_is_refused(files):
+    trainer = media_trainer(video=None)
+    with pytest.raises(uform.UFormError, match="item 1: VIDEO items need batch.video") as error:
+        trainer.step([M.TEXT, M.VIDEO], ["a caption", files["mp4"]])
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT and trainer.completed_steps == 0
