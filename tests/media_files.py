@@ -4,7 +4,10 @@ import io
 
 import av
 import numpy as np
+import soundfile
 from PIL import Image
+
+import uform
 
 
 def moving_frames(count: int, height: int = 48, width: int = 64) -> np.ndarray:
@@ -37,3 +40,39 @@ def pyav_frames(data: bytes) -> np.ndarray:
     """Every frame of ``data``'s first video stream as PyAV decodes it to rgb24: the reference."""
     with av.open(io.BytesIO(data)) as file:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in file.decode(video=0)])
+
+
+def encode_audio(samples: np.ndarray, rate: int, form: str = "WAV", subtype: str | None = None) -> bytes:
+    out = io.BytesIO()
+    soundfile.write(out, samples, rate, format=form, subtype=subtype)
+    return out.getvalue()
+
+
+def sample_files(seed: int = 5) -> dict[str, bytes]:
+    """Small files of every kind the trainer takes: PNG (with alpha), JPEG, WebP, MP4, WebM, WAV and FLAC."""
+    rng = np.random.default_rng(seed)
+    pixels = lambda h, w, c=3: rng.integers(0, 256, (h, w, c), dtype=np.uint8)  # noqa: E731
+    hum = (0.2 * np.sin(np.arange(900) * 0.3)).astype(np.float32)
+    return {
+        "png": encode_image(pixels(10, 14, 4), "PNG"), "jpeg": encode_image(pixels(9, 8), "JPEG", quality=90),
+        "webp": encode_image(pixels(12, 12), "WEBP", lossless=True),
+        "mp4": encode_video(moving_frames(5, 16, 16), "mp4", "libx264"),
+        "webm": encode_video(moving_frames(4, 16, 24), "webm", "libvpx"),
+        "wav": encode_audio(hum, 8000, "WAV", "FLOAT"), "flac": encode_audio(hum[::-1].copy(), 11025, "FLAC"),
+    }
+
+
+MEDIA_SHAPES = dict(image=uform.ImageShape(patch_side=4), video=uform.VideoShape(patch_side=8),
+                    audio=uform.AudioShape(chunk_samples=64, sample_rate=8000))
+"""The media geometry of the trainer tests: 4-pixel image patches, 8-pixel tubes of two frames, 64-sample frames."""
+
+
+def mixed_items(files: dict[str, bytes]):
+    """(modalities, contents, relations): captions and media in pairs, text 2k attracting item 2k + 1."""
+    M = uform.Modality
+    items = [(M.TEXT, "a red square"), (M.IMAGE, files["png"]), (M.TEXT, "a blue dot"), (M.IMAGE, files["jpeg"]),
+             (M.TEXT, "green noise"), (M.IMAGE, files["webp"]), (M.TEXT, "colours moving"), (M.VIDEO, files["mp4"]),
+             (M.TEXT, "colours drifting"), (M.VIDEO, files["webm"]), (M.TEXT, "a soft hum"), (M.AUDIO, files["wav"]),
+             (M.TEXT, "a hum backwards"), (M.AUDIO, files["flac"])]
+    partners = [i ^ 1 for i in range(len(items))]
+    return [m for m, _ in items], [c for _, c in items], uform.Relations(attract=(np.arange(len(items) + 1), partners))

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import uform
 from uform.pairs import Pair, write_pairs
 
@@ -26,8 +28,18 @@ def test_train_job_on_a_jsonl_file(tmp_path):
                  "--held-out", "4", "--depth", "1", "--columns", "48", "--device", "cpu",
                  "--checkpoint", "text.safetensors", cwd=tmp_path)
     assert "8 training pairs, 4 held out" in result.stdout
-    assert "held-out recall@1 over 4 pairs" in result.stdout and "bag-of-bytes baseline" in result.stdout
+    assert "held-out text→text recall@1 over 4 pairs" in result.stdout and "bag-of-bytes baseline" in result.stdout
     assert (tmp_path / "text.safetensors").stat().st_size > 0
+
+
+@pytest.mark.parametrize("data,modality", [("shapes", "image"), ("sounds", "audio")])
+def test_train_job_on_captioned_media(tmp_path, data, modality):
+    result = run("-m", "uform", "train", "--data", data, "--examples", "40", "--steps", "2", "--pairs-per-step", "4",
+                 "--held-out", "10", "--depth", "1", "--device", "cpu", "--checkpoint", "media.safetensors",
+                 cwd=tmp_path)
+    assert "30 training pairs, 10 held out" in result.stdout
+    assert f"held-out {modality}→text recall@1 over 10 pairs" in result.stdout and "chance 0.1000" in result.stdout
+    assert (tmp_path / "media.safetensors").stat().st_size > 0
 
 
 def test_train_job_names_a_bad_pairs_line(tmp_path):

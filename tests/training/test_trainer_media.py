@@ -2,55 +2,26 @@
 reimplementation, the mixed step's bookkeeping (masks, truncation, packing), exact resume, and refusals
 that change nothing."""
 
-import io
-
 import numpy as np
 import pytest
-import soundfile
 
 import uform
-from media_files import encode_image, encode_video, moving_frames
+from media_files import MEDIA_SHAPES, mixed_items, sample_files
 from trainer_cases import assert_gradients_match, engine_and_reference
 from uform.media import masked_count
 from uform.training import check_step_inputs
 from uform.training.vocabulary import AUDIO_MASK, AUDIO_TOKEN, IMAGE_MASK, IMAGE_TOKEN, VIDEO_MASK, VIDEO_TOKEN
 
 M = uform.Modality
-MEDIA_SHAPES = dict(image=uform.ImageShape(patch_side=4), video=uform.VideoShape(patch_side=8),
-                    audio=uform.AudioShape(chunk_samples=64, sample_rate=8000))
-
-
-def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
-    out = io.BytesIO()
-    soundfile.write(out, samples, rate, format="WAV", subtype="FLOAT")
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, bytes]:
-    """Small files of every kind the trainer takes, written here."""
-    rng = np.random.default_rng(5)
-    pixels = lambda h, w, c=3: rng.integers(0, 256, (h, w, c), dtype=np.uint8)  # noqa: E731
-    return {
-        "png": encode_image(pixels(10, 14, 4), "PNG"), "jpeg": encode_image(pixels(9, 8), "JPEG", quality=90),
-        "webp": encode_image(pixels(12, 12), "WEBP", lossless=True),
-        "mp4": encode_video(moving_frames(5, 16, 16), "mp4", "libx264"),
-        "webm": encode_video(moving_frames(4, 16, 24), "webm", "libvpx"),
-        "wav": wav_bytes((0.2 * np.sin(np.arange(900) * 0.3)).astype(np.float32), 8000),
-    }
-
-
-def mixed(files):
-    """Captions and media in pairs: text 2k attracts media 2k + 1."""
-    items = [(M.TEXT, "a red square"), (M.IMAGE, files["png"]), (M.TEXT, "a blue dot"), (M.IMAGE, files["jpeg"]),
-             (M.TEXT, "green noise"), (M.IMAGE, files["webp"]), (M.TEXT, "colours moving"), (M.VIDEO, files["mp4"]),
-             (M.TEXT, "colours drifting"), (M.VIDEO, files["webm"]), (M.TEXT, "a soft hum"), (M.AUDIO, files["wav"])]
-    partners = [i ^ 1 for i in range(len(items))]
-    return [m for m, _ in items], [c for _, c in items], uform.Relations(attract=(np.arange(13), partners))
+    return sample_files()
 
 
 def media_trainer(objective=uform.Objective.JOINT, steps=20, executor=None, **batch):
-    shape = dict(max_rows_per_device=4, max_segments_per_device=12, max_columns_per_row=48, **MEDIA_SHAPES) | batch
+    shape = dict(max_rows_per_device=4, max_segments_per_device=14, max_columns_per_row=48, **MEDIA_SHAPES) | batch
     return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=128, objective=objective,
                                    batch=uform.BatchShape(**shape),
                                    schedule=uform.Schedule(steps=steps, learning_rate=2e-3, warmup_steps=1), seed=9)
@@ -59,7 +30,7 @@ def media_trainer(objective=uform.Objective.JOINT, steps=20, executor=None, **ba
 @pytest.mark.parametrize("objective", [uform.Objective.JOINT, uform.Objective.MASKED, uform.Objective.CONTRASTIVE])
 def test_media_step_gradients_match_float64_reference(files, objective):
     trainer = media_trainer(objective)
-    modalities, contents, relations = mixed(files)
+    modalities, contents, relations = mixed_items(files)
     losses, gradient, reference, expected = engine_and_reference(trainer, relations, contents=contents,
                                                                  modalities=modalities)
     assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
@@ -75,7 +46,7 @@ def test_media_step_gradients_match_float64_reference(files, objective):
 
 def test_mixed_step_masks_each_item_exactly_and_places_its_tokens(files):
     trainer = media_trainer()
-    modalities, contents, relations = mixed(files)
+    modalities, contents, relations = mixed_items(files)
     inputs = check_step_inputs(modalities, contents, modalities_enabled=trainer._modalities_enabled())
     batch, packed = trainer.step_batch(inputs, False, step=4)
     tokens = batch.tokens.reshape(-1)
@@ -100,7 +71,7 @@ def test_mixed_step_masks_each_item_exactly_and_places_its_tokens(files):
 
 def test_mixed_steps_report_every_head_and_learn(files):
     trainer = media_trainer(steps=30)
-    modalities, contents, relations = mixed(files)
+    modalities, contents, relations = mixed_items(files)
     stats = uform.TrainerStepStats()
     trainer.step(modalities, contents, relations=relations, stats=stats)
     first = (stats.masked_image_loss, stats.masked_video_loss, stats.masked_audio_loss, stats.contrastive_loss)
@@ -126,7 +97,7 @@ def checkpoint_tensors(path) -> dict:
 
 
 def test_media_resume_continues_exactly(files, tmp_path):
-    modalities, contents, relations = mixed(files)
+    modalities, contents, relations = mixed_items(files)
     straight = media_trainer(steps=6)
     for _ in range(6):
         straight.step(modalities, contents, relations=relations)
@@ -137,7 +108,7 @@ def test_media_resume_continues_exactly(files, tmp_path):
     first.save(tmp_path / "half.safetensors")
     resumed = uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "half.safetensors", depth=1,
                                       hidden=128, objective=uform.Objective.JOINT,
-                                      batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=12,
+                                      batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=14,
                                                              max_columns_per_row=48, **MEDIA_SHAPES),
                                       schedule=uform.Schedule(steps=6, learning_rate=2e-3, warmup_steps=1), seed=9)
     for _ in range(3):
@@ -178,3 +149,23 @@ def test_media_of_a_modality_the_run_leaves_out_is_refused(files):
     with pytest.raises(uform.UFormError, match="item 1: VIDEO items need batch.video") as error:
         trainer.step([M.TEXT, M.VIDEO], ["a caption", files["mp4"]])
     assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT and trainer.completed_steps == 0
+
+
+def test_encode_embeds_each_item_alone_whatever_else_is_in_the_call(files):
+    trainer = media_trainer()
+    modalities, contents, relations = mixed_items(files)
+    for _ in range(2):
+        trainer.step(modalities, contents, relations=relations)
+    many = [M.TEXT] * 30 + modalities
+    texts = [f"filler text number {i}" for i in range(30)]
+    together = trainer.encode(many, texts + contents)  # more than one batch: packed a batch at a time
+    assert together.shape == (44, 128) and np.allclose(np.linalg.norm(together, axis=1), 1, atol=1e-5)
+    for k in (0, 1, 7, 11):
+        alone = trainer.encode([modalities[k]], [contents[k]])
+        assert np.array_equal(alone[0].view(np.uint32), together[30 + k].view(np.uint32))
+    prefix = trainer.encode(modalities[:2], contents[:2], width=64)
+    full = trainer.encode(modalities[:2], contents[:2])
+    expected = full[:, :64] / np.linalg.norm(full[:, :64], axis=1, keepdims=True)
+    assert np.allclose(prefix, expected, atol=1e-6)
+    with pytest.raises(uform.UFormError, match="width"):
+        trainer.encode(modalities[:1], contents[:1], width=129)

@@ -114,6 +114,10 @@ class StepBatch:
     covered: int                 # positions the masked loss reads
     media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
 
+    def media_rows(self) -> MediaBatch | None:
+        """The media rows, or None when the step packed no media token."""
+        return self.media if self.media is not None and self.media.modalities else None
+
 
 @dataclass
 class StepLosses:
@@ -164,6 +168,17 @@ class ContrastiveBuffers:
                    dlog_scale=d.empty(S), dbias=d.empty(S), full=d.empty((S, H)), full_inverse=d.empty(S),
                    prefixes=[PrefixBuffers(u=d.empty((S, width)), du=d.empty((S, width)), inverse=d.empty(S))
                              for width in widths])
+
+
+@dataclass
+class PoolingBuffers:
+    """The buffers of embedding S segments at one width: their spans, mean states, unit prefixes, 1/norms."""
+
+    starts: Buffer
+    lengths: Buffer
+    pooled: Buffer
+    unit: Buffer
+    inverse: Buffer
 
 
 @dataclass
@@ -226,6 +241,7 @@ class EncoderModel(ResidentState):
         self.layer_grads = layer_tensors(self.weight_grads, geometry.depth)
         self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns)
         self._buffers: dict[tuple[int, int, int], EncoderBuffers] = {}
+        self._pooling: dict[tuple[int, int], PoolingBuffers] = {}
         self._last_buffers: EncoderBuffers | None = None
 
     def buffers(self, n: int, columns: int, segments: int) -> EncoderBuffers:
@@ -246,15 +262,12 @@ class EncoderModel(ResidentState):
                 dy=d.empty((n, g.hidden)), masked=masked, contrastive=contrastive, media=media)
         return self._buffers[key]
 
-    # ---- one step ------------------------------------------------------------------------------------
-
-    def step_losses(self, batch: StepBatch, *, text_weight: float, with_gradient: bool,
-                    want_pooled: bool = False, media_weights: dict[str, float] | None = None) -> StepLosses:
-        """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
-        each media modality's reconstruction weight (by name)."""
+    def _forward(self, batch: StepBatch) -> tuple[EncoderBuffers, Buffer]:
+        """The tower over a packed batch up to the final norm (in buffers.y); answers the buffers and the
+        stack's output h."""
         g = self.geometry
         rows, columns = batch.tokens.shape
-        n, S, H = rows * columns, len(batch.segment_starts), g.hidden
+        n, S = rows * columns, len(batch.segment_starts)
         buffers = self.buffers(n, columns, S)
         self._last_buffers = buffers
         tokens = buffers.tokens
@@ -264,7 +277,7 @@ class EncoderModel(ResidentState):
         tokens.positions.write(positions.reshape(n, POSITION_AXES))
         buffers.token_segments.write(batch.token_segments.reshape(-1))
         tokens.spans.write(K.attention_spans(n, columns, batch.token_segments))
-        media = batch.media if batch.media is not None and batch.media.modalities else None
+        media = batch.media_rows()
         if media is not None:
             self._embed_media(buffers, media)
             tokens.embed(self.stack.buffers(n).input, self.weights["embedding"], buffers.media.embedded,
@@ -273,6 +286,38 @@ class EncoderModel(ResidentState):
             tokens.embed(self.stack.buffers(n).input, self.weights["embedding"])
         h = self.stack.forward(self.layer_weights, n, tokens.positions, tokens.spans)
         K.rmsnorm_forward(buffers.y, buffers.rstd, h, self.weights["final_norm"], NORM_EPS)
+        return buffers, h
+
+    def embeddings(self, batch: StepBatch, width: int) -> np.ndarray:
+        """Forward only: every packed segment's mean final state, its first `width` dims L2-normalised,
+        (segments, width) float32."""
+        H = self.geometry.hidden
+        buffers, _ = self._forward(batch)
+        segments = len(batch.segment_starts)
+        key = (segments, width)
+        if key not in self._pooling:
+            d = self.device
+            self._pooling[key] = PoolingBuffers(starts=d.empty(segments, np.int32), lengths=d.empty(segments, np.int32),
+                                                pooled=d.empty((segments, H)), unit=d.empty((segments, width)),
+                                                inverse=d.empty(segments))
+        p = self._pooling[key]
+        p.starts.write(batch.segment_starts)
+        p.lengths.write(batch.segment_lengths)
+        K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
+        K.l2_normalize_forward(p.unit, p.inverse, p.pooled, width, H)
+        return p.unit.numpy()
+
+    # ---- one step ------------------------------------------------------------------------------------
+
+    def step_losses(self, batch: StepBatch, *, text_weight: float, with_gradient: bool,
+                    want_pooled: bool = False, media_weights: dict[str, float] | None = None) -> StepLosses:
+        """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
+        each media modality's reconstruction weight (by name)."""
+        g = self.geometry
+        n, S, H = batch.tokens.size, len(batch.segment_starts), g.hidden
+        buffers, h = self._forward(batch)
+        tokens = buffers.tokens
+        media = batch.media_rows()
 
         masked = contrastive = 0.0
         dy_written = False

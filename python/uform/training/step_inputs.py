@@ -65,6 +65,16 @@ class StepInputs:
     outputs_scalar: Scalar
     """The scalar type the pooled embeddings land as, read only with an arena."""
 
+    def subset(self, items: np.ndarray) -> StepInputs:
+        """These items alone (indices into this step's), each its own bag, with no relations or choices:
+        what embedding them reads."""
+        count = len(items)
+        return StepInputs(modalities=self.modalities[items], contents=[self.contents[i] for i in items],
+                          bags=np.arange(count, dtype=np.uint32), temperature_groups=self.temperature_groups[items],
+                          sides=self.sides[items], choice_offsets=np.zeros(count + 1, np.uint64),
+                          choice_bytes=np.empty(0, np.uint8), choice_targets=np.empty(0, np.float32),
+                          relations=None, outputs_scalar=self.outputs_scalar)
+
 
 def _enum_values(name: str, value, item_count: int, enum: type) -> np.ndarray | None:
     array = per_item(name, value, item_count, np.uint32)

@@ -229,8 +229,30 @@ class Trainer:
             self._pool = DecodePool()
         return self._pool
 
-    def step_batch(self, inputs: StepInputs, bags_given: bool, step: int):
-        """Decode media, pack, corrupt and resolve one step's items on the host: (StepBatch, Packed)."""
+    def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
+        """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
+        mean final state, its first `width` dimensions (a Matryoshka prefix; default the whole hidden
+        width) L2-normalised. Any number of items: they are packed a batch at a time into the run's batch
+        shape, so an item's embedding is the same alone or among others, wherever it lands. An item longer
+        than a row is cut to a row, as in a step."""
+        with self._lock:
+            run = self._run
+            width = run.hidden if width is None else width
+            if not isinstance(width, (int, np.integer)) or not 0 < width <= run.hidden:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"width: must be an integer in [1, {run.hidden}], "
+                                                             f"got {width!r}")
+            inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
+            embeddings = np.zeros((len(inputs.contents), width), np.float32)
+            pending = np.arange(len(inputs.contents))
+            while pending.size:
+                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False)
+                embeddings[pending[packed.item_of_segment]] = self._model.embeddings(batch, int(width))
+                pending = pending[packed.segment_of_item < 0]
+            return embeddings
+
+    def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True):
+        """Decode media, pack, corrupt (unless not `corrupted`) and resolve one step's items on the host:
+        (StepBatch, Packed)."""
         run = self._run
         shape = run.batch
         media_items = prepare_items(inputs.modalities, inputs.contents, shape, self._decode_pool())
@@ -239,15 +261,15 @@ class Trainer:
         packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
                             shape.max_columns_per_row, shape.max_segments_per_device, shape.max_bags_per_device)
         columns = shape.max_columns_per_row
-        if run.objective == Objective.CONTRASTIVE:
+        masking = run.masking if corrupted and run.objective != Objective.CONTRASTIVE else None
+        if masking is None:
             tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
         else:
             text_segments = inputs.modalities[packed.item_of_segment] == Modality.TEXT
-            tokens, targets = corrupt(packed, run.masking, self._seed, step, text_segments=text_segments)
+            tokens, targets = corrupt(packed, masking, self._seed, step, text_segments=text_segments)
         positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
         media = None
         if media_items:
-            masking = run.masking if run.objective != Objective.CONTRASTIVE else None
             media = place_media(packed, tokens.reshape(-1), positions.reshape(-1, POSITION_AXES),
                                 inputs.modalities, media_items, masking, self._seed, step)
         items = packed.item_of_segment
