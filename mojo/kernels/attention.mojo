@@ -94,21 +94,33 @@ struct Attention(ImplicitlyCopyable, Movable):
         return (begin, min(end, token + 1) if self.causal else end)
 
     @always_inline
-    def key_pairs(self, task: Int) -> Tuple[Int, Int, Int]:
-        """(first query, queries, pairs) of (key token, kv head) task: the queries that see the key,
-        times the query heads of its group."""
+    def key_pairs(self, task: Int) -> KeyPairs:
+        """The (head, query) pairs that see (key token, kv head) task."""
         var token = task // self.kv_heads
         var begin = Int(self.spans.unsafe_load(2 * token))
         var end = Int(self.spans.unsafe_load(2 * token + 1))
         var first = max(begin, token) if self.causal and begin < end else begin
-        return (first, end - first, (end - first) * (self.heads // self.kv_heads))
+        var group = self.heads // self.kv_heads
+        return KeyPairs(first, end - first, (end - first) * group, (task % self.kv_heads) * group)
 
     @always_inline
-    def pair_row(self, task: Int, e: Int, first: Int, count: Int) -> Int:
-        """The (query token, head) row of pair e = head_in_group·count + query of key task."""
-        var group = self.heads // self.kv_heads
-        var kv = task % self.kv_heads
-        return (first + e % count) * self.heads + kv * group + e // count
+    def pair_row(self, pairs: KeyPairs, e: Int) -> Int:
+        """The (query token, head) row of pair e = head_in_group·queries + query (32-bit division: a
+        64-bit one is a long software routine on a GPU)."""
+        var query = UInt32(e) % UInt32(pairs.queries)
+        var head = UInt32(e) // UInt32(pairs.queries)
+        return (pairs.first + Int(query)) * self.heads + pairs.first_head + Int(head)
+
+
+@fieldwise_init
+struct KeyPairs(ImplicitlyCopyable, Movable):
+    """The pairs of one key: its first query, how many queries, pairs (queries × heads of the group),
+    and the first query head of its group."""
+
+    var first: Int
+    var queries: Int
+    var count: Int
+    var first_head: Int
 
 
 # ---- shared arithmetic -------------------------------------------------------------------------------
@@ -317,15 +329,15 @@ def attention_backward_dv[D: Int, played: Int](task: Int, lane: Int, args: Args)
     var pairs = at.key_pairs(task)
     var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
     var round = 0
-    while round < pairs[2]:
+    while round < pairs.count:
         comptime for g in range(played // G):
             var first = round + lane + g * G
-            var count = min(G, pairs[2] - first)
+            var count = min(G, pairs.count - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
                 comptime for i in range(G):
                     if i < count:
-                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]))
+                        rows[i] = Int64(at.pair_row(pairs, first + i))
                 var scores = dots[D, G](k, at.q, rows, count)
                 comptime for i in range(G):
                     if i < count:
@@ -348,15 +360,15 @@ def attention_backward_dk[D: Int, played: Int](task: Int, lane: Int, args: Args)
     var pairs = at.key_pairs(task)
     var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
     var round = 0
-    while round < pairs[2]:
+    while round < pairs.count:
         comptime for g in range(played // G):
             var first = round + lane + g * G
-            var count = min(G, pairs[2] - first)
+            var count = min(G, pairs.count - first)
             if count > 0:
                 var rows = SIMD[DType.int64, G](0)
                 comptime for i in range(G):
                     if i < count:
-                        rows[i] = Int64(at.pair_row(task, first + i, pairs[0], pairs[1]))
+                        rows[i] = Int64(at.pair_row(pairs, first + i))
                 var scores = dots[D, G](k, at.q, rows, count)
                 var dps = dots[D, G](v, at.d_out, rows, count)
                 comptime for i in range(G):
