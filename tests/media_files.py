@@ -1,6 +1,8 @@
 """Small media files written in the tests themselves, with Pillow and PyAV."""
 
 import io
+import struct
+import zlib
 
 import av
 import numpy as np
@@ -40,6 +42,16 @@ def pyav_frames(data: bytes) -> np.ndarray:
     """Every frame of ``data``'s first video stream as PyAV decodes it to rgb24: the reference."""
     with av.open(io.BytesIO(data)) as file:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in file.decode(video=0)])
+
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG claiming ``width`` × ``height`` RGB, with one short IDAT chunk of zeros."""
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + png_chunk(b"IDAT", zlib.compress(bytes(64))))
 
 
 def encode_audio(samples: np.ndarray, rate: int, form: str = "WAV", subtype: str | None = None) -> bytes:

@@ -1,12 +1,10 @@
 """decode_image against Pillow's own decoding of the same files, and every refusal."""
 
 import io
-import struct
-import zlib
 
 import numpy as np
 import pytest
-from media_files import encode_image, encode_video, moving_frames
+from media_files import encode_image, encode_video, moving_frames, png_header
 from PIL import Image, ImageOps
 
 from uform.media import decode_image, sniff_format
@@ -85,16 +83,6 @@ def test_arrays_become_rgba(channels):
     expected = {1: np.repeat(array, 3, axis=-1), 3: array, 4: array[..., :3]}[channels]
     np.testing.assert_array_equal(pixels[..., :3], expected)
     np.testing.assert_array_equal(pixels[..., 3], RGBA[..., 3] if channels == 4 else 255)
-
-
-def png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def png_header(width: int, height: int) -> bytes:
-    """A PNG claiming ``width`` × ``height`` RGB, with one short IDAT chunk of zeros."""
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + png_chunk(b"IDAT", zlib.compress(bytes(64))))
 
 
 PNG = FILES["png-rgb"]
