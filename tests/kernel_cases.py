@@ -287,7 +287,7 @@ def case_l2_normalize(device: uform.Device, seed: int, rows: int, width: int, st
     K.l2_normalize_forward(u, inverse, eb, width, stride)
     K.l2_normalize_backward(de, device.put(du), u, inverse, width, stride, accumulate=True)
     x = f64(e)[:, :width]
-    norm = np.sqrt((x**2).sum(1, keepdims=True) + 1e-12)
+    norm = np.sqrt((x**2).sum(1, keepdims=True) + K.NORM_EPSILON)
     ref_u = x / norm
     ref_de = np.ones((rows, stride))
     ref_de[:, :width] += (f64(du) - ref_u * (ref_u * f64(du)).sum(1, keepdims=True)) / norm

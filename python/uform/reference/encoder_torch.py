@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from ..kernels import NORM_EPSILON
 from ..nn.resident import named_tensors
 from ..training.encoder import EncoderGeometry, encoder_registry as engine_registry
 from ..training.enums import Objective
@@ -17,8 +18,8 @@ from ..training.enums import Objective
 
 HEAD_DIM = 64
 """Every attention head is 64 wide; ``hidden / 64`` heads."""
-EPSILON_POOL = 1e-12
-"""Added to the squared norm of a pooled prefix before its square root."""
+EPSILON_POOL = NORM_EPSILON
+"""Added to the squared norm of a pooled prefix before its square root: the engine's constant."""
 FORMS = ("sigmoid", "balanced", "ranked")
 OBJECTIVES = ("masked", "contrastive", "joint")
 
