@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 import uform
-from common import arguments, write_results
+from common import arguments, median_seconds, write_results
 from uform.reference import encoder_torch
 from uform.training import check_step_inputs
 
@@ -45,22 +45,16 @@ def main():
 
     def ours():
         trainer.step(modalities, items, relations=relations, stats=stats)
-        device.synchronize()
 
-    ours()  # warm-up: buffers are made on the first step
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        ours()
-        times.append(time.perf_counter() - start)
+    seconds = median_seconds(ours, device.synchronize, warmup=1, repeats=3)  # buffers are made on the first step
     with uform.kernels.profile() as kernels:
         ours()
     breakdown = sorted(((name, calls, seconds) for name, (calls, seconds) in kernels.items()), key=lambda r: -r[2])
     positions = g["rows"] * g["columns"]
     row = {"geometry": g, "packed_tokens": int(np.count_nonzero(trainer.step_batch(
         check_step_inputs(modalities, items, relations=relations), False, 1)[1].segment_ids >= 0)),
-        "uform_seconds_per_step": round(float(np.median(times)), 3),
-        "uform_positions_per_s": round(positions / float(np.median(times)), 1),
+        "uform_seconds_per_step": round(seconds, 3),
+        "uform_positions_per_s": round(positions / seconds, 1),
         "uform_peak_bytes": device.peak_bytes,
         "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown[:12]}}
     if uform.gpu_count():

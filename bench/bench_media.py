@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 
 import uform
-from common import arguments, write_results
+from common import arguments, median_seconds, write_results
 from uform.media import DecodePool
 from uform.media.shapes import all_scenes
 from uform.training.media_step import prepare_items
@@ -52,14 +52,8 @@ def main():
 
     def step():
         trainer.step(modalities, contents, relations=relations, stats=stats)
-        device.synchronize()
 
-    step()  # warm-up: buffers are made on the first step
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    median = median_seconds(step, device.synchronize, warmup=1, repeats=3)  # buffers are made on the first step
 
     derived = trainer.run.batch
     image_kinds = np.full(n, uform.Modality.IMAGE)
@@ -73,7 +67,6 @@ def main():
             decode[workers] = 3 * n / (time.perf_counter() - start)
 
     positions = g["rows"] * g["columns"]
-    median = float(np.median(times))
     write_results(args.out, "media", [{
         "geometry": g, "images_per_step": n, "dropped": stats.dropped, "seconds_per_step": round(median, 3),
         "positions_per_s": round(positions / median, 1), "images_per_s": round(n / median, 1),
