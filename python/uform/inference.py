@@ -1,0 +1,138 @@
+"""``uform.Encoder``: a trained encoder loaded from its checkpoint alone, for embedding items.
+
+    encoder = uform.Encoder.load("runs/2026-11-29-120000/model.safetensors")
+    vectors = encoder.encode(uform.Modality.TEXT, ["a small red panda", "the capital of france"])
+
+A ``Trainer`` checkpoint (``uform.training.checkpoint``) stores its run as JSON beside the
+weights: geometry, objective, batch shape, masking, contrastive settings and schedule, and the
+seed. ``Encoder.load`` rebuilds that run from the file and resumes it on the executor's device,
+so nothing has to be restated, and ``encode`` is the saving trainer's ``Trainer.encode``
+(docs/encoder.md, "Embedding items"): the same bits for the same items, on the CPU and on a GPU.
+
+The model has no late-interaction or choice heads (a run that asks for them is refused today),
+so an encoder answers pooled embeddings only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+from safetensors import safe_open
+
+from .executor import Executor, default_executor, executor_from
+from .training import checkpoint
+from .training.config import (AudioShape, BatchShape, Choices, Contrastive, ImageShape, LateInteraction, Masking,
+                              Schedule, VideoShape)
+from .training.enums import Modality, Negatives, Objective, PairLossForm
+from .training.errors import ErrorCode, UFormError
+from .training.trainer import Trainer
+
+DEFAULT_BATCH_SIZE = 4096
+"""Items ``Encoder.encode`` hands the model per call: bounds the host memory of one chunk."""
+
+
+def checkpoint_metadata(path) -> dict:
+    """The metadata of a Trainer checkpoint: ``step`` and ``seed`` (ints) and ``run`` (the run as a dict).
+    Anything that is not such a checkpoint is refused with INVALID_ARGUMENT naming the file."""
+    name = os.fsdecode(path)
+    try:
+        with safe_open(name, framework="numpy") as file:
+            metadata = file.metadata() or {}
+    except FileNotFoundError:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: no such file") from None
+    except Exception as error:  # safetensors raises its own error types for a file it cannot parse
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: not a uform checkpoint (not a safetensors "
+                                                     f"file: {error})") from None
+    if metadata.get("format") != checkpoint.FORMAT:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: not a uform checkpoint (format "
+                                                     f"{metadata.get('format')!r}, expected {checkpoint.FORMAT!r})")
+    return {"step": int(metadata["step"]), "seed": int(metadata["seed"]), "run": json.loads(metadata["run"])}
+
+
+def run_settings(run: dict) -> dict:
+    """``Trainer.init_vram`` keyword arguments from a checkpoint's run JSON (enums stored by name)."""
+    batch = dict(run["batch"])
+    shapes = {"image": ImageShape, "video": VideoShape, "audio": AudioShape}
+    for name, shape in shapes.items():
+        batch[name] = shape(**batch[name])
+    contrastive = dict(run["contrastive"], negatives=Negatives[run["contrastive"]["negatives"]],
+                       pair_loss=PairLossForm[run["contrastive"]["pair_loss"]])
+    late = dict(run["late_interaction"], pair_loss=PairLossForm[run["late_interaction"]["pair_loss"]])
+    return {"depth": run["depth"], "hidden": run["hidden"], "objective": Objective[run["objective"]],
+            "batch": BatchShape(**batch), "masking": Masking(**run["masking"]),
+            "contrastive": Contrastive(**contrastive), "late_interaction": LateInteraction(**late),
+            "choices": Choices(**run["choices"]), "schedule": Schedule(**run["schedule"])}
+
+
+class Encoder:
+    """A trained encoder on one device; ``Encoder.load`` makes one from a checkpoint."""
+
+    def __init__(self, trainer: Trainer, path: str):
+        self._trainer = trainer
+        self.path = path
+
+    @classmethod
+    def load(cls, path, executor: Executor | None = None) -> Encoder:
+        """The encoder a ``Trainer.save`` wrote to `path`, on `executor` (an Executor, a Device, 'cpu' or
+        'gpu:N'; default: ``uform.default_executor()``)."""
+        metadata = checkpoint_metadata(path)
+        executor = default_executor() if executor is None else executor_from(executor)
+        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], **run_settings(metadata["run"]))
+        return cls(trainer, os.fsdecode(path))
+
+    @property
+    def hidden(self) -> int:
+        """The full embedding width."""
+        return self._trainer.run.hidden
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The widths the model was trained to embed at: its Matryoshka prefixes, else the full width."""
+        return tuple(self._trainer.run.contrastive.matryoshka_dimensions) or (self.hidden,)
+
+    @property
+    def max_columns(self) -> int:
+        """Positions of one row: a longer item is cut to this many tokens."""
+        return self._trainer.run.batch.max_columns_per_row
+
+    @property
+    def modalities(self) -> frozenset:
+        """The modalities the model embeds."""
+        return self._trainer._modalities_enabled()
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps the model was trained for."""
+        return self._trainer.completed_steps
+
+    @property
+    def trainer(self) -> Trainer:
+        """The resumed run underneath (its parameters, its run)."""
+        return self._trainer
+
+    def encode(self, modalities, contents, /, *, width: int | None = None,
+               batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+        """float32 (items, width) unit-norm embeddings of the uncorrupted items: ``Trainer.encode`` of the
+        saving trainer, bit for bit. `modalities` is one Modality per item, or one for all of them;
+        `width` a prefix of the hidden width (default: all of it); `batch_size` the items handed to the model
+        at once (the answer does not depend on it). Text items longer than a row are cut to a row, with a
+        warning that counts them."""
+        contents = list(contents)
+        modalities = [modalities] * len(contents) if isinstance(modalities, Modality) else list(modalities)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch_size: must be a positive integer, got {batch_size!r}")
+        if len(modalities) != len(contents):
+            raise UFormError(ErrorCode.SHAPE_MISMATCH, f"modalities: {len(modalities)} entries for "
+                                                       f"{len(contents)} items")
+        long = sum(1 for modality, content in zip(modalities, contents)
+                   if modality == Modality.TEXT and isinstance(content, (str, bytes))
+                   and len(content.encode() if isinstance(content, str) else content) > self.max_columns)
+        if long:
+            warnings.warn(f"{long} of {len(contents)} text items are longer than a row ({self.max_columns} bytes) "
+                          "and were cut to it", stacklevel=2)
+        chunks = [self._trainer.encode(modalities[start:start + batch_size], contents[start:start + batch_size],
+                                       width=width) for start in range(0, len(contents), batch_size)]
+        return np.concatenate(chunks) if chunks else self._trainer.encode([], [], width=width)

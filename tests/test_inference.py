@@ -1,0 +1,46 @@
+"""uform.Encoder: a checkpoint alone gives back the saving trainer's embeddings, bit for bit."""
+
+import numpy as np
+import pytest
+
+import uform
+
+TEXTS = ["a small red panda", "red pandas eat bamboo", "the capital of france", "paris is in france",
+         "x" * 100]
+
+
+def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_ram(), depth=1, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=48),
+        contrastive=uform.Contrastive(matryoshka_dimensions=(64, 128)), schedule=uform.Schedule(steps=10), seed=7)
+    trainer.step([uform.Modality.TEXT] * 4, TEXTS[:4], relations=uform.Relations(attract=(np.arange(5), [1, 0, 3, 2])))
+    trainer.save(tmp_path / "model.safetensors")
+
+    encoder = uform.Encoder.load(tmp_path / "model.safetensors", executor="cpu")
+    assert (encoder.hidden, encoder.widths, encoder.max_columns, encoder.steps) == (128, (64, 128), 48, 1)
+    with pytest.warns(UserWarning, match="1 of 5 text items are longer than a row"):
+        ours = encoder.encode(uform.Modality.TEXT, TEXTS, batch_size=2)
+    assert ours.dtype == np.float32 and ours.shape == (5, 128)
+    assert np.array_equal(ours, trainer.encode([uform.Modality.TEXT] * 5, TEXTS))
+    prefix = encoder.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64)
+    assert np.array_equal(prefix, trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64))
+    assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint", None])
+def test_a_file_that_is_not_a_checkpoint_is_refused_naming_it(tmp_path, content):
+    path = tmp_path / "weights.bin"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(uform.UFormError, match="weights.bin") as refused:
+        uform.Encoder.load(path, executor="cpu")
+    assert refused.value.code == uform.ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_safetensors_file_of_another_program_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros(3, np.float32)}, tmp_path / "other.safetensors")
+    with pytest.raises(uform.UFormError, match="other.safetensors: not a uform checkpoint"):
+        uform.Encoder.load(tmp_path / "other.safetensors", executor="cpu")
