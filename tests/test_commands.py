@@ -1,54 +1,218 @@
-"""The two commands of the README run end to end: the text-encoder train job and the LM demo."""
+"""The commands of the README, end to end: ``python -m uform train`` and ``embed``, and ``python -m uform.lm``.
 
+Most runs call the commands' ``main`` in this process (a tiny CPU model, a few steps); the stop-and-resume
+test runs the train job as a real process, so that it receives a real SIGINT.
+"""
+
+import csv
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors import safe_open
 
 import uform
+from uform.__main__ import main as uform_main
+from uform.lm.__main__ import main as lm_main
 from uform.pairs import Pair, write_pairs
 
 # The commands run in a scratch folder; they must find this uform however it was installed.
 ENVIRONMENT = dict(os.environ, PYTHONPATH=os.pathsep.join(
     [str(Path(uform.__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]))
+TINY = ["--depth", "1", "--hidden", "128", "--columns", "48", "--device", "cpu"]
 
 
-def run(*args, cwd, check=True):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          check=check, env=ENVIRONMENT)
+def command(main, argv, capsys) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a command's main run in this process."""
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exit.value.code or 0, out, err
 
 
-def test_train_job_on_a_jsonl_file(tmp_path):
-    pairs = [Pair(query=f"what does function number {i} do", document=f"def function_{i}(x, y={i})")
-             for i in range(12)]
-    write_pairs(tmp_path / "pairs.jsonl", pairs)
-    result = run("-m", "uform", "train", "--pairs", "pairs.jsonl", "--steps", "3", "--pairs-per-step", "4",
-                 "--held-out", "4", "--depth", "1", "--columns", "48", "--device", "cpu",
-                 "--checkpoint", "text.safetensors", cwd=tmp_path)
-    assert "8 training pairs, 4 held out" in result.stdout
-    assert "held-out text→text recall@1 over 4 pairs" in result.stdout and "bag-of-bytes baseline" in result.stdout
-    assert (tmp_path / "text.safetensors").stat().st_size > 0
+def write_numbered_pairs(path: Path, count: int) -> Path:
+    write_pairs(path, [Pair(query=f"what does function number {i} do", document=f"def function_{i}(x, y={i})")
+                       for i in range(count)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run directory of 4 steps on 12 pairs, 4 held out, checkpoints every 2 steps."""
+    folder = tmp_path_factory.mktemp("trained")
+    pairs = write_numbered_pairs(folder / "pairs.jsonl", 12)
+    with pytest.raises(SystemExit) as exit:
+        uform_main(["train", "--pairs", str(pairs), "--steps", "4", "--pairs-per-step", "4", "--held-out", "4",
+                    "--save-every", "2", "--eval-every", "2", "--keep", "1", "--run-dir", str(folder / "run"), *TINY])
+    assert exit.value.code == 0
+    return folder
+
+
+def test_train_job_writes_its_run_directory(trained):
+    run = trained / "run"
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.toml", "loss.png", "metrics.csv",
+                                                    "model.safetensors"]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-0000004.safetensors"]
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [row["step"] for row in rows] == ["1", "2", "3", "4"]
+    assert [bool(row["held_out_recall_at_1"]) for row in rows] == [False, True, False, True]
+    assert all(float(row["loss"]) > 0 and float(row["learning_rate"]) > 0 for row in rows)
+    assert 'pairs-per-step = 4' in (run / "config.toml").read_text()
+    assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
+    assert uform.Encoder.load(run / "model.safetensors", "cpu").steps == 4
+
+
+def test_embed_a_jsonl_file(trained, capsys):
+    items = trained / "items.jsonl"
+    items.write_text('{"text": "what does function number 3 do"}\n"def function_3(x, y=3)"\n\n{"text": "hi"}\n')
+    status, out, _ = command(uform_main, ["embed", str(trained / "run" / "model.safetensors"), str(items),
+                                          "-o", str(trained / "items.npy"), "--device", "cpu", "--batch-size", "2"],
+                             capsys)
+    assert status == 0 and "3 embeddings of width 128" in out
+    expected = uform.Encoder.load(trained / "run" / "model.safetensors", "cpu").encode(
+        uform.Modality.TEXT, ["what does function number 3 do", "def function_3(x, y=3)", "hi"])
+    assert np.array_equal(np.load(trained / "items.npy"), expected)
+
+    status, _, err = command(uform_main, ["embed", str(trained / "pairs.jsonl"), str(items)], capsys)
+    assert status == 2 and err.count("\n") == 1 and "pairs.jsonl: not a uform checkpoint" in err
+    status, _, err = command(uform_main, ["embed", str(trained / "run" / "model.safetensors"),
+                                          str(trained / "pairs.jsonl"), "--device", "cpu"], capsys)
+    assert status == 2 and "pairs.jsonl:1: no 'text' key (name the item's key with --field)" in err
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["train", "--run-dir", "{file}/run"], "--run-dir"),
+    (["train", "--run-dir", "{file}"], "--run-dir"),
+    (["embed", "{file}", "{file}", "-o", "{file}/out.npy"], "--output"),
+])
+def test_unwritable_outputs_are_refused_before_anything_runs(tmp_path, capsys, argv, flag):
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    argv = [part.format(file=pairs) for part in argv]
+    if argv[0] == "train":
+        argv += ["--pairs", str(pairs), "--pairs-per-step", "4", "--held-out", "4", "--steps", "100000", *TINY]
+    status, out, err = command(uform_main, argv, capsys)
+    assert status == 2 and out == "" and err.count("\n") == 1 and f"error: {flag}: cannot write" in err
+
+
+def test_ten_pairs_with_default_flags_are_refused_saying_what_to_change(tmp_path, capsys):
+    pairs = write_numbered_pairs(tmp_path / "ten.jsonl", 10)
+    status, _, err = command(uform_main, ["train", "--pairs", str(pairs), "--run-dir", str(tmp_path / "run"), *TINY],
+                             capsys)
+    assert status == 2 and not (tmp_path / "run").exists()
+    assert err.splitlines() == [
+        "--held-out 500: holding out 5, half of the 10 pairs",
+        "python -m uform train: error: --pairs-per-step: a step draws 32 distinct pairs but only 5 of the 10 are left "
+        "for training (5 held out); pass --pairs-per-step 5 or fewer, or more pairs"]
+
+
+def test_ten_pairs_with_no_held_out_train_from_a_toml_config(tmp_path, capsys):
+    pairs = write_numbered_pairs(tmp_path / "ten.jsonl", 10)
+    (tmp_path / "run.toml").write_text(f'pairs = "{pairs}"\nheld-out = 0\npairs_per_step = 10\nsteps = 2\n')
+    status, out, _ = command(uform_main, ["train", "--config", str(tmp_path / "run.toml"), "--run-dir",
+                                          str(tmp_path / "run"), *TINY], capsys)
+    assert status == 0 and "no held-out pairs, so no recall (--held-out 0)" in out
+    assert "held-out = 0" in (tmp_path / "run" / "config.toml").read_text()
+    assert (tmp_path / "run" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "0"], "argument --steps: must be a positive integer, got 0"),
+    (["--hidden", "100"], "--hidden: must be a multiple of 128"),
+    (["--data", "movies"], "argument --data: invalid choice: 'movies'"),
+    (["--resume", "{tmp}"], "--resume: {tmp} is not a run directory (it has no config.toml)"),
+    (["--config", "{tmp}/bad.toml"], "--config: {tmp}/bad.toml: unknown setting 'colour'"),
+])
+def test_a_bad_flag_is_one_line_naming_it(tmp_path, capsys, argv, message):
+    (tmp_path / "bad.toml").write_text("colour = 3\n")
+    argv = [part.format(tmp=tmp_path) for part in argv]
+    status, _, err = command(uform_main, ["train", *argv], capsys)
+    assert status == 2 and err.startswith(f"python -m uform train: error: {message.format(tmp=tmp_path)}")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize("data,modality", [("shapes", "image"), ("sounds", "audio")])
-def test_train_job_on_captioned_media(tmp_path, data, modality):
-    result = run("-m", "uform", "train", "--data", data, "--examples", "40", "--steps", "2", "--pairs-per-step", "4",
-                 "--held-out", "10", "--depth", "1", "--device", "cpu", "--checkpoint", "media.safetensors",
-                 cwd=tmp_path)
-    assert "30 training pairs, 10 held out" in result.stdout
-    assert f"held-out {modality}→text recall@1 over 10 pairs" in result.stdout and "chance 0.1000" in result.stdout
-    assert (tmp_path / "media.safetensors").stat().st_size > 0
+def test_train_job_on_captioned_media(tmp_path, capsys, data, modality):
+    status, out, err = command(uform_main, [
+        "train", "--data", data, "--examples", "40", "--steps", "2", "--pairs-per-step", "4", "--held-out", "10",
+        "--depth", "1", "--device", "cpu", "--run-dir", str(tmp_path / "run")], capsys)
+    assert status == 0 and "30 training pairs, 10 held out" in err
+    assert f"held-out {modality}→text recall@1 over 10 pairs" in out and "chance 0.1000" in out
+    assert (tmp_path / "run" / "model.safetensors").stat().st_size > 0
 
 
-def test_train_job_names_a_bad_pairs_line(tmp_path):
+def test_train_job_names_a_bad_pairs_line(tmp_path, capsys):
     (tmp_path / "pairs.jsonl").write_text('{"query": "a question here", "document": "an answer"}\n{"query": 1}\n')
-    result = run("-m", "uform", "train", "--pairs", "pairs.jsonl", cwd=tmp_path, check=False)
-    assert result.returncode != 0 and "pairs.jsonl:2" in result.stderr
+    status, _, err = command(uform_main, ["train", "--pairs", str(tmp_path / "pairs.jsonl")], capsys)
+    assert status == 2 and "pairs.jsonl:2" in err and err.count("\n") == 1
 
 
-def test_language_model_demo(tmp_path):
-    result = run("-m", "uform.lm", "--steps", "3", "--device", "cpu", "--checkpoint", "lm.uformlm", cwd=tmp_path)
-    assert "saved lm.uformlm" in result.stdout and "sample: def " in result.stdout
-    assert (tmp_path / "lm.uformlm").stat().st_size > 0
+@pytest.mark.parametrize("main,argv", [(uform_main, ["--help"]), (uform_main, ["train", "--help"]),
+                                       (uform_main, ["embed", "--help"]), (lm_main, ["--help"])])
+def test_every_command_has_help_and_every_flag_shows_its_default(capsys, main, argv):
+    status, out, _ = command(main, argv, capsys)
+    assert status == 0
+    if argv == ["--help"] and main is uform_main:
+        assert "train " in out and "embed " in out
+        return
+    flags = [line.split()[0] for line in out.splitlines() if line.startswith("  --") and "--help" not in line]
+    assert flags
+    for flag in flags:
+        text = out[out.index(f"\n  {flag}"):]
+        following = text.find("\n  -", 1)
+        assert "default" in text[:following if following > 0 else None], flag
+
+
+def metrics(run: Path) -> list[tuple[str, str]]:
+    return [(row["step"], row["loss"]) for row in csv.DictReader(open(run / "metrics.csv"))]
+
+
+def tensors(path: Path) -> tuple[dict, dict]:
+    with safe_open(path, framework="numpy") as file:
+        return file.metadata(), {name: file.get_tensor(name) for name in file.keys()}
+
+
+def test_resume_after_sigint_ends_bit_identical_to_an_uninterrupted_run(tmp_path, capsys):
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    flags = ["--pairs", str(pairs), "--steps", "30", "--pairs-per-step", "4", "--held-out", "4", "--save-every", "10",
+             "--eval-every", "10", *TINY]
+    interrupted = subprocess.Popen([sys.executable, "-m", "uform", "train", *flags, "--run-dir", "stopped"],
+                                   cwd=tmp_path, env=ENVIRONMENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+    rows = tmp_path / "stopped" / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while not (rows.exists() and len(rows.read_text().splitlines()) > 3) and interrupted.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    interrupted.send_signal(signal.SIGINT)
+    out, err = interrupted.communicate(timeout=120)
+    assert interrupted.returncode == 128 + signal.SIGINT, err
+    assert "stopped by SIGINT after step" in out and "--resume" in out
+    stopped_at = int(out.split("after step ")[1].split()[0])
+    assert 3 <= stopped_at < 30 and len(metrics(tmp_path / "stopped")) == stopped_at
+
+    assert command(uform_main, ["train", "--resume", str(tmp_path / "stopped")], capsys)[0] == 0
+    assert command(uform_main, ["train", *flags, "--run-dir", str(tmp_path / "straight")], capsys)[0] == 0
+    (metadata, resumed), (expected_metadata, expected) = (tensors(tmp_path / run / "model.safetensors")
+                                                          for run in ("stopped", "straight"))
+    assert metadata == expected_metadata and resumed.keys() == expected.keys()
+    assert all(np.array_equal(resumed[name], expected[name]) for name in expected)
+    assert metrics(tmp_path / "stopped") == metrics(tmp_path / "straight")
+
+
+def test_language_model_demo_writes_a_run_and_resumes(tmp_path, capsys):
+    argv = ["--steps", "2", "--device", "cpu", "--eval-every", "1", "--eval-batches", "1", "--sample-bytes", "8",
+            "--run-dir", str(tmp_path / "lm")]
+    status, out, _ = command(lm_main, argv, capsys)
+    assert status == 0 and "lowest held-out loss" in out and "sample at temperature 0.8: def " in out
+    run = tmp_path / "lm"
+    assert {p.name for p in run.iterdir()} == {"checkpoints", "config.toml", "loss.png", "metrics.csv", "model.uformlm"}
+    assert all(row["held_out_loss"] for row in csv.DictReader(open(run / "metrics.csv")))
+    status, _, err = command(lm_main, ["--resume", str(run)], capsys)
+    assert status == 2 and "--steps: the run in" in err and "already took 2 steps" in err
+    status, out, _ = command(lm_main, ["--resume", str(run), "--steps", "3", "--temperature", "0"], capsys)
+    assert status == 0 and "trained steps 3–3" in out and "sample at temperature 0.0" in out

@@ -1,26 +1,20 @@
-"""``python -m uform train``: train a small JOINT encoder on pairs and measure retrieval.
+"""``python -m uform``: train an encoder on pairs into a run directory, and embed with a trained one.
 
     python -m uform train                               # pairs mined from this Python's standard library
     python -m uform train --pairs my-pairs.jsonl --steps 2000 --device gpu:0
-    python -m uform train --data shapes                 # image → caption: coloured shapes drawn with pillow
-    python -m uform train --data sounds                 # audio → caption: tones, chords, sweeps, noise
+    python -m uform train --config run.toml             # the same settings, named as the flags
+    python -m uform train --resume runs/train-20261129-170000
+    python -m uform embed runs/train-20261129-170000/model.safetensors texts.jsonl -o texts.npy
 
-With no ``--pairs``, ``--data`` picks the pairs: ``stdlib`` (the default) mines docstring-summary →
-signature pairs from the standard library's sources (``uform.pairs.stdlib``), which every Python
-install has; ``shapes`` renders captioned shapes (``uform.media.shapes``: a PNG image → its caption);
-``sounds`` synthesises captioned sounds (``uform.media.sounds``: a WAV recording → its caption). A
-pairs file is JSONL, one ``{"query": ..., "document": ..., "weight"?: ..., "group"?: ...}`` per line
-(``uform.pairs.jsonl``). Each step draws pairs, packs both sides as items, attracts each query to its
-document (every other pair repels at the ambient weight) and masks bytes, patches or frames for the
-masked objective. At the end it saves a safetensors checkpoint and reports recall@1 of held-out
-queries against their documents, embedded uncorrupted (``Trainer.encode``), beside a baseline: for
-text, the same recall of a bag-of-bytes embedding (hashed byte bigrams); for media, chance (1/n).
+Progress goes to stderr, results to stdout. A refused setting is one line naming its flag.
 """
 
 from __future__ import annotations
 
-import argparse
+import io
+import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +23,42 @@ from tqdm import tqdm
 
 import uform
 from uform.executor import default_executor, executor_from
+from uform.files import write_atomically
+from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.pairs import bag_of_bytes_embeddings, mine_standard_library_pairs, read_pairs, recall_at_1, split_pairs
+from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
+                        check_writable, checkpoint_path, link_final, newest_checkpoint, non_negative_int, parse_run_flags, plot,
+                        positive_float, positive_int, prepare_run_dir, prune_checkpoints, run_command, write_config)
+
+TRAIN_DESCRIPTION = """\
+Train a small JOINT encoder on (query, document) pairs and measure held-out retrieval.
+
+With no --pairs, --data picks the pairs: stdlib (the default) mines docstring-summary → signature
+pairs from the standard library's sources, which every Python install has; shapes renders
+captioned shapes (a PNG image → its caption); sounds synthesises captioned sounds (a WAV
+recording → its caption). A pairs file is JSONL, one {"query": ..., "document": ..., "weight"?:
+..., "group"?: ...} per line. Each step draws --pairs-per-step pairs (a pure function of the seed
+and the step), attracts each query to its document (every other pair repels) and masks bytes,
+patches or frames for the masked objective. Held-out recall@1 of the uncorrupted embeddings is
+measured every --eval-every steps beside a baseline: for text, the same recall of a bag-of-bytes
+embedding (hashed byte bigrams); for media, chance (1/n).
+
+The run directory holds config.toml (every setting, resolved), metrics.csv (one row per step),
+loss.png (redrawn at each save and evaluation), checkpoints/ (every --save-every steps, the last
+--keep kept) and model.safetensors (the final checkpoint, for `python -m uform embed` or
+uform.Encoder.load). Ctrl-C or SIGTERM finishes the step, saves and exits with 128 + the signal's
+number; --resume RUN_DIR then continues to the same bits as an uninterrupted run.
+"""
+
+SOUND_RATE = 8000  # the sounds reach 3.5 kHz, under this rate's Nyquist frequency
+SOUND_CHUNK = 400  # 50 ms frames: the longest sound (three long bursts) fits a row of 160
+DATA_STREAM = 2**32
+"""Added to the step in the Philox key of a step's pair draw, [seed, DATA_STREAM + step], so that it never
+repeats the key [seed, n] of tensor n's initialisation."""
+EXTENSION = ".safetensors"
+METRIC = "held_out_recall_at_1"
+COLUMNS = ["step", "loss", "masked_text_loss", "contrastive_loss", "reconstruction_loss", "learning_rate",
+           "step_seconds", "pairs_per_second", METRIC]
 
 
 @dataclass(frozen=True)
@@ -60,7 +89,15 @@ def media_pairs(pairs) -> list[MediaPair]:
 
 def load_job(args) -> Job:
     if args.pairs:
-        return Job(read_pairs(args.pairs), uform.Modality.TEXT)
+        try:
+            pairs = read_pairs(args.pairs)
+        except OSError as error:
+            raise UsageError(f"--pairs: cannot read {args.pairs}: {error.strerror}") from None
+        except uform.UFormError as error:
+            raise UsageError(f"--pairs: {error.message}") from None
+        if not pairs:
+            raise UsageError(f"--pairs: {args.pairs} holds no pairs")
+        return Job(pairs, uform.Modality.TEXT)
     if args.data == "shapes":
         from uform.media.shapes import all_scenes, shape_pairs
 
@@ -76,8 +113,26 @@ def load_job(args) -> Job:
     return Job(pairs[:args.examples] if args.examples else pairs, uform.Modality.TEXT)
 
 
-SOUND_RATE = 8000  # the sounds reach 3.5 kHz, under this rate's Nyquist frequency
-SOUND_CHUNK = 400  # 50 ms frames: the longest sound (three long bursts) fits a row of 160
+def split(job: Job, args) -> tuple[list, list]:
+    """(training, held out) pairs: --held-out of them, at most half, kept out; refuses a split that leaves
+    fewer training pairs than a step draws."""
+    count = len(job.pairs)
+    held = min(args.held_out, count // 2)
+    if held < args.held_out:
+        print(f"--held-out {args.held_out}: holding out {held}, half of the {count} pairs", file=sys.stderr)
+    training, held_out = split_pairs(job.pairs, held / count, seed=args.seed)
+    if len(training) < args.pairs_per_step:
+        raise UsageError(f"--pairs-per-step: a step draws {args.pairs_per_step} distinct pairs but only "
+                         f"{len(training)} of the {count} are left for training ({len(held_out)} held out); pass "
+                         f"--pairs-per-step {len(training)} or fewer, or more pairs")
+    return training, held_out
+
+
+def step_pairs(training: list, seed: int, step: int, count: int) -> list:
+    """Step `step`'s pairs: `count` distinct ones drawn by Philox keyed [seed, DATA_STREAM + step], so that a
+    resumed run draws what an uninterrupted one would."""
+    rng = np.random.Generator(np.random.Philox(key=[seed, DATA_STREAM + step]))
+    return [training[i] for i in rng.choice(len(training), count, replace=False)]
 
 
 def step_items(job: Job, pairs) -> tuple[list, list, uform.Relations, list[int]]:
@@ -91,79 +146,226 @@ def step_items(job: Job, pairs) -> tuple[list, list, uform.Relations, list[int]]
     return modalities, contents, uform.Relations(attract=(np.arange(2 * n + 1), partners, weights)), groups
 
 
-def train(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m uform train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=Path, help="a JSONL pairs file (default: the pairs --data names)")
-    parser.add_argument("--data", choices=("stdlib", "shapes", "sounds"), default="stdlib",
-                        help="built-in pairs: text from the standard library, image or audio captions "
-                             "(default: %(default)s)")
-    parser.add_argument("--examples", type=int, default=0,
-                        help="use the first N pairs of the built-in data (default: all of them)")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--pairs-per-step", type=int, default=32)
-    parser.add_argument("--held-out", type=int, default=500, help="pairs kept out of training for recall@1")
-    parser.add_argument("--depth", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--columns", type=int, default=0,
-                        help="positions per packed row (default: 128, or 160 for sounds)")
-    parser.add_argument("--learning-rate", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
-    parser.add_argument("--checkpoint", type=Path, default=Path("uform-text.safetensors"))
-    args = parser.parse_args(argv)
-
-    job = load_job(args)
-    pairs = job.pairs
-    columns = args.columns or (160 if job.audio else 128)
-    held_out_fraction = min(args.held_out, len(pairs) // 2) / len(pairs)
-    training, held_out = split_pairs(pairs, held_out_fraction, seed=args.seed)
-    groups = max(p.group for p in pairs) + 1
-    executor = executor_from(args.device) if args.device else default_executor()
-    items = 2 * args.pairs_per_step
-    trainer = uform.Trainer.init_vram(
-        executor, depth=args.depth, hidden=args.hidden, objective=uform.Objective.JOINT,
-        batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
-                               max_columns_per_row=columns, image=job.image, audio=job.audio),
-        contrastive=uform.Contrastive(temperature_groups=groups),
-        schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed)
-    print(f"{len(training)} training pairs, {len(held_out)} held out; depth {args.depth}, hidden {args.hidden}, "
-          f"on {executor}")
-    rng = np.random.Generator(np.random.Philox(key=args.seed))
-    stats = uform.TrainerStepStats()
-    progress = tqdm(range(args.steps), unit="step", file=sys.stdout)
-    for _ in progress:
-        chosen = [training[i] for i in rng.choice(len(training), args.pairs_per_step, replace=False)]
-        modalities, contents, relations, item_groups = step_items(job, chosen)
-        trainer.step(modalities, contents, relations=relations, temperature_groups=item_groups, stats=stats)
-        media_loss = stats.masked_image_loss + stats.masked_audio_loss
-        progress.set_postfix(loss=f"{stats.loss:.3f}", masked=f"{stats.masked_text_loss:.3f}",
-                             contrastive=f"{stats.contrastive_loss:.3f}",
-                             **({"reconstruction": f"{media_loss:.3f}"} if media_loss else {}))
-    trainer.save(args.checkpoint)
-    print(f"saved {args.checkpoint}")
-    queries = [p.query for p in held_out]
-    documents = [p.document for p in held_out]
-    ours = recall_at_1(trainer.encode([job.query_modality] * len(queries), queries),
+def held_out_recall(trainer: uform.Trainer, job: Job, held_out: list) -> float:
+    """Recall@1 of the held-out queries against their documents, embedded uncorrupted."""
+    queries, documents = [p.query for p in held_out], [p.document for p in held_out]
+    return recall_at_1(trainer.encode([job.query_modality] * len(queries), queries),
                        trainer.encode([uform.Modality.TEXT] * len(documents), documents))
-    if job.query_modality == uform.Modality.TEXT:
-        baseline = recall_at_1(bag_of_bytes_embeddings(queries), bag_of_bytes_embeddings(documents))
-        versus = f"bag-of-bytes baseline {baseline:.3f}"
+
+
+def train_parser() -> Parser:
+    parser = Parser(prog="python -m uform train", description=TRAIN_DESCRIPTION)
+    data = parser.add_argument_group("data")
+    data.add_argument("--pairs", type=Path, metavar="JSONL", help="a JSONL pairs file (default: the pairs --data names)")
+    data.add_argument("--data", choices=("stdlib", "shapes", "sounds"), default="stdlib",
+                      help="built-in pairs: text from the standard library, image or audio captions")
+    data.add_argument("--examples", type=non_negative_int, default=0, metavar="N",
+                      help="use the first N pairs of the built-in data (0: all of them)")
+    data.add_argument("--held-out", type=non_negative_int, default=500, metavar="N",
+                      help="pairs kept out of training for recall@1, at most half of them (0: no evaluation)")
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--depth", type=positive_int, default=2, help="transformer blocks")
+    model.add_argument("--hidden", type=positive_int, default=128, help="width, a multiple of 128")
+    model.add_argument("--columns", type=non_negative_int, default=0,
+                       help="positions per packed row, longer items are cut (0: 128, or 160 for sounds)")
+    model.add_argument("--steps", type=positive_int, default=300, help="optimizer steps of the whole run")
+    model.add_argument("--pairs-per-step", type=positive_int, default=32, metavar="N", help="pairs each step draws")
+    model.add_argument("--learning-rate", type=positive_float, default=2e-3, metavar="LR",
+                       help="peak learning rate (warmup, then cosine)")
+    model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
+    model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    add_run_flags(parser, save_every=100, eval_every=100)
+    return parser
+
+
+def train(argv: list[str]) -> int:
+    parser = train_parser()
+    args, run_dir, resuming = parse_run_flags(parser, argv, resumable=("device", "steps"))
+    if args.hidden % 128:
+        raise UsageError(f"--hidden: must be a multiple of 128 (whole attention heads of 64), got {args.hidden}")
+    if args.pairs is not None:
+        args.pairs = args.pairs.resolve()  # the config names it wherever the run resumes from
+    job = load_job(args)
+    training, held_out = split(job, args)
+    prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
+    try:
+        executor = executor_from(args.device) if args.device else default_executor()
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(f"--device: {error}") from None
+    resume_from = newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None
+    columns = args.columns or (160 if job.audio else 128)
+    items = 2 * args.pairs_per_step
+    try:
+        trainer = uform.Trainer.init_vram(
+            executor, resume=resume_from, depth=args.depth, hidden=args.hidden, objective=uform.Objective.JOINT,
+            batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
+                                   max_columns_per_row=columns, image=job.image, audio=job.audio),
+            contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1),
+            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed)
+    except uform.UFormError as error:
+        raise UsageError(error.message) from None
+    start = trainer.completed_steps
+    if start >= args.steps:
+        raise UsageError(f"--steps: the run in {run_dir} already took {start} steps; pass --steps with more")
+    write_config(run_dir / CONFIG, parser, args)
+    metrics = Metrics(run_dir / METRICS, COLUMNS, resumed_at=start if resuming else None)
+
+    kind = job.query_modality.name.lower()
+    print(f"{len(training)} training pairs, {len(held_out)} held out; depth {args.depth}, hidden {args.hidden}, on "
+          f"{executor}; {'resuming at step ' + str(start) if resuming else 'new run'} in {run_dir}", file=sys.stderr)
+    reference = against = None  # the baseline's (name, recall@1), and as the reports write it
+    if held_out and job.query_modality == uform.Modality.TEXT:
+        reference = ("bag-of-bytes baseline", recall_at_1(bag_of_bytes_embeddings([p.query for p in held_out]),
+                                                          bag_of_bytes_embeddings([p.document for p in held_out])))
+        against = f"{reference[0]} {reference[1]:.3f}"
+    elif held_out:
+        reference = ("chance", 1 / len(held_out))
+        against = f"{reference[0]} {reference[1]:.4f}"
+
+    def save(step: int) -> Path:
+        path = checkpoint_path(run_dir, step, EXTENSION)
+        trainer.save(path)
+        prune_checkpoints(run_dir, EXTENSION, args.keep)
+        plot(metrics, run_dir / PLOT, COLUMNS[1:5], METRIC, f"{kind}→text, {run_dir.name}",
+             reference)
+        return path
+
+    stats = uform.TrainerStepStats()
+    began = time.perf_counter()
+    progress = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
+    with GracefulStop() as stop:
+        step = start
+        while step < args.steps and stop.signal is None:
+            step += 1
+            modalities, contents, relations, groups = step_items(job, step_pairs(training, args.seed, step,
+                                                                                 args.pairs_per_step))
+            tick = time.perf_counter()
+            trainer.step(modalities, contents, relations=relations, temperature_groups=groups, stats=stats)
+            seconds = time.perf_counter() - tick
+            evaluate = bool(held_out) and (step == args.steps or (args.eval_every and step % args.eval_every == 0))
+            recall = held_out_recall(trainer, job, held_out) if evaluate else None
+            reconstruction = stats.masked_image_loss + stats.masked_video_loss + stats.masked_audio_loss
+            metrics.add(step=step, loss=stats.loss, masked_text_loss=stats.masked_text_loss,
+                        contrastive_loss=stats.contrastive_loss,
+                        reconstruction_loss=reconstruction if job.query_modality != uform.Modality.TEXT else None,
+                        learning_rate=stats.learning_rate, step_seconds=seconds,
+                        pairs_per_second=args.pairs_per_step / seconds, **{METRIC: recall})
+            progress.update()
+            progress.set_postfix(loss=f"{stats.loss:.3f}", contrastive=f"{stats.contrastive_loss:.3f}")
+            if recall is not None:
+                progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
+            if args.save_every and step % args.save_every == 0 and step < args.steps:
+                progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
+    progress.close()
+    last = save(step)
+    elapsed = time.perf_counter() - began
+    metrics.close()
+    rate = (step - start) / elapsed
+    if stop.signal is not None and step < args.steps:
+        print(f"stopped by {stop.signal_name} after step {step} of {args.steps}, saved {last}; continue with: "
+              f"python -m uform train --resume {run_dir}")
+        return stop.exit_status
+    link_final(last, run_dir / f"model{EXTENSION}")
+    if held_out:
+        print(f"held-out {kind}→text recall@1 over {len(held_out)} pairs: uform {metrics.latest(METRIC):.3f} · "
+              f"{against}")
+        best, best_step = metrics.best(METRIC)
+        outcome = f"best held-out recall@1 {best:.3f} at step {best_step}"
     else:
-        versus = f"chance {1 / len(held_out):.4f}"
-    print(f"held-out {job.query_modality.name.lower()}→text recall@1 over {len(held_out)} pairs: uform {ours:.3f} · "
-          f"{versus}")
+        outcome = "no held-out pairs, so no recall (--held-out 0)"
+    print(f"trained steps {start + 1}–{step} in {elapsed:.1f} s ({rate:.2f} steps/s) on {executor}; {outcome}")
+    print(f"run directory {run_dir}: {CONFIG}, {METRICS}, {PLOT}, model{EXTENSION}, {CHECKPOINTS}/ (the last "
+          f"{args.keep} step checkpoints)")
+    return 0
 
 
-COMMANDS = {"train": train}
+def embed_parser() -> Parser:
+    parser = Parser(prog="python -m uform embed", description="""\
+Embed items with a trained encoder: one float32 row of unit length per item, in input order, saved
+as a .npy array of shape (items, width).
+
+INPUT is a .jsonl file (each line a JSON string, or an object whose --field key holds the item:
+"text" by default, "query" or "document" for a pairs file) or a text file (each non-blank line an
+item). For --modality image, video or audio, each item is the path of a media file.""")
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint of python -m uform train (model.safetensors)")
+    parser.add_argument("input", type=Path, help="a .jsonl or text file of items")
+    parser.add_argument("-o", "--output", type=Path, help="the .npy file to write (default: INPUT's name, .npy)")
+    parser.add_argument("--field", default="text", help="the key of a JSONL object that holds the item")
+    parser.add_argument("--modality", choices=("text", "image", "video", "audio"), default="text",
+                        help="what the items are")
+    parser.add_argument("--width", type=positive_int, help="a Matryoshka prefix of the embedding (default: all of it)")
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help="items handed to the model at once (the embeddings do not depend on it)")
+    parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    return parser
+
+
+def read_items(path: Path, field: str) -> list[str]:
+    """The items of a .jsonl or text file, in order; a bad line is refused naming it."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"INPUT: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    if path.suffix != ".jsonl":
+        return [line for line in lines if line.strip()]
+    items = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"INPUT: {path}:{number}: bad JSON: {error.msg}") from None
+        if isinstance(value, dict):
+            if field not in value:
+                raise UsageError(f"INPUT: {path}:{number}: no {field!r} key (name the item's key with --field)")
+            value = value[field]
+        if not isinstance(value, str) or not value:
+            raise UsageError(f"INPUT: {path}:{number}: the item must be a non-empty string")
+        items.append(value)
+    return items
+
+
+def embed(argv: list[str]) -> int:
+    args = embed_parser().parse_args(argv)
+    output = args.output or Path(args.input.name).with_suffix(".npy")
+    check_writable(output, "--output")
+    items = read_items(args.input, args.field)
+    if not items:
+        raise UsageError(f"INPUT: {args.input} holds no items")
+    modality = uform.Modality[args.modality.upper()]
+    if modality != uform.Modality.TEXT:
+        try:
+            items = [Path(item).read_bytes() for item in items]
+        except OSError as error:
+            raise UsageError(f"INPUT: cannot read the media file {error.filename}: {error.strerror}") from None
+    try:
+        encoder = Encoder.load(args.checkpoint, executor_from(args.device) if args.device else None)
+        embeddings = encoder.encode(modality, items, width=args.width, batch_size=args.batch_size)
+    except uform.UFormError as error:
+        raise UsageError(error.message) from None
+    array = io.BytesIO()
+    np.save(array, embeddings)
+    write_atomically(output, [array.getvalue()])
+    print(f"wrote {output}: {embeddings.shape[0]} embeddings of width {embeddings.shape[1]} (float32)")
+    return 0
+
+
+COMMANDS = {"train": (train, "train an encoder on pairs into a run directory (metrics, plot, checkpoints)"),
+            "embed": (embed, "embed the items of a JSONL or text file with a trained encoder, into a .npy file")}
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and not argv[0].startswith("-") else "train"
-    if command not in COMMANDS:
-        raise SystemExit(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
-    COMMANDS[command](argv[1:] if argv and argv[0] == command else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        listing = "\n".join(f"  {name:6} {summary}" for name, (_, summary) in COMMANDS.items())
+        text = f"{__doc__}\ncommands:\n{listing}\n\n`python -m uform COMMAND --help` tells each command's flags."
+        if argv and argv[0] not in ("-h", "--help"):
+            raise SystemExit(f"python -m uform: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}")
+        print(text, file=sys.stdout if argv else sys.stderr)
+        raise SystemExit(0 if argv else 2)
+    command, _ = COMMANDS[argv[0]]
+    run_command(command, argv[1:], f"python -m uform {argv[0]}")
 
 
 if __name__ == "__main__":
