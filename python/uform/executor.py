@@ -30,10 +30,12 @@ class Executor:
     @classmethod
     def for_vram(cls, devices: Sequence[int] | None = None) -> Executor:
         """The GPUs of the given ordinals (default: every GPU the engine sees)."""
+        from .training.errors import ErrorCode, UFormRuntimeError  # the training package imports this module
+
         available = gpu_count()
         if available == 0:
-            raise RuntimeError(f"Executor.for_vram: no usable GPU (engine variant '{ENGINE_VARIANT}'); "
-                               "use Executor.for_ram() to train on the CPU")
+            raise UFormRuntimeError(ErrorCode.UNSUPPORTED, f"Executor.for_vram: no usable GPU (engine variant "
+                                    f"'{ENGINE_VARIANT}'); use Executor.for_ram() to train on the CPU")
         ordinals = list(range(available)) if devices is None else [int(d) for d in devices]
         if len(set(ordinals)) != len(ordinals):
             raise ValueError(f"Executor.for_vram: devices {ordinals} repeat an ordinal")

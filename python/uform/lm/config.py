@@ -29,6 +29,7 @@ import numpy as np
 
 from ..nn.resident import named_tensors, registry_size, tensor_registry
 from ..nn.transformer import StackGeometry
+from ..training.errors import type_error, value_error
 
 _INT_FIELDS = ("batch", "length", "width", "heads", "kv_heads", "mlp", "vocab_size", "layers")
 _FLOAT_FIELDS = ("rope_base", "norm_eps")
@@ -60,28 +61,28 @@ class LanguageModelConfig:
         for name in _INT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool):
-                raise ValueError(f"{name} must be an integer, got {value!r}")
+                raise value_error(f"{name} must be an integer, got {value!r}")
             try:
                 value = operator.index(value)
             except TypeError:
-                raise ValueError(f"{name} must be an integer, got {value!r}") from None
+                raise value_error(f"{name} must be an integer, got {value!r}") from None
             if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise value_error(f"{name} must be positive, got {value}")
             object.__setattr__(self, name, value)
         for name in _FLOAT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise ValueError(f"{name} must be a number, got {value!r}")
+                raise value_error(f"{name} must be a number, got {value!r}")
             value = float(value)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive and finite, got {value}")
+                raise value_error(f"{name} must be positive and finite, got {value}")
             object.__setattr__(self, name, value)
         if self.width % self.heads:
-            raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
+            raise value_error(f"width ({self.width}) must be a multiple of heads ({self.heads})")
         if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            raise value_error(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim % 2:
-            raise ValueError(f"head_dim = width // heads = {self.head_dim} must be even for rotary embeddings")
+            raise value_error(f"head_dim = width // heads = {self.head_dim} must be even for rotary embeddings")
 
     @property
     def head_dim(self) -> int:
@@ -107,12 +108,12 @@ class LanguageModelConfig:
     def from_dict(cls, fields: dict) -> "LanguageModelConfig":
         """Inverse of :meth:`to_dict`; a missing or unknown field raises ValueError."""
         if not isinstance(fields, dict):
-            raise ValueError(f"config must be a dict, got {type(fields).__name__}")
+            raise value_error(f"config must be a dict, got {type(fields).__name__}")
         expected = {f.name for f in dataclasses.fields(cls)}
         missing, extra = expected - fields.keys(), fields.keys() - expected
         if missing or extra:
-            raise ValueError(f"config fields do not match LanguageModelConfig: "
-                             f"missing {sorted(missing)}, unknown {sorted(map(str, extra))}")
+            raise value_error(f"config fields do not match LanguageModelConfig: "
+                              f"missing {sorted(missing)}, unknown {sorted(map(str, extra))}")
         return cls(**fields)
 
 
@@ -120,7 +121,7 @@ def _config(shape: LanguageModelConfig | None) -> LanguageModelConfig:
     if shape is None:
         return LanguageModelConfig()
     if not isinstance(shape, LanguageModelConfig):
-        raise TypeError(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
+        raise type_error(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
     return shape
 
 
@@ -145,7 +146,7 @@ def split_parameters(flat, shape: LanguageModelConfig | None = None) -> dict[str
     flat = np.asarray(flat)
     n_total = registry_size(registry)
     if flat.shape != (n_total,):
-        raise ValueError(f"flat parameters must have shape ({n_total},), got {flat.shape}")
+        raise value_error(f"flat parameters must have shape ({n_total},), got {flat.shape}")
     return named_tensors(flat, registry)
 
 
@@ -157,16 +158,16 @@ def flatten_parameters(named: dict, shape: LanguageModelConfig | None = None) ->
     """
     registry = parameter_registry(_config(shape))
     if not isinstance(named, dict):
-        raise TypeError(f"named parameters must be a dict, got {type(named).__name__}")
+        raise type_error(f"named parameters must be a dict, got {type(named).__name__}")
     expected = [r["name"] for r in registry]
     missing = [n for n in expected if n not in named]
     extra = sorted(map(str, named.keys() - set(expected)))
     if missing or extra:
-        raise ValueError(f"parameter names do not match the registry: missing {missing}, unknown {extra}")
+        raise value_error(f"parameter names do not match the registry: missing {missing}, unknown {extra}")
     flat = np.empty(registry_size(registry), dtype=np.float32)
     for r in registry:
         tensor = np.asarray(named[r["name"]])
         if tensor.shape != r["shape"]:
-            raise ValueError(f"parameter {r['name']!r} must have shape {r['shape']}, got {tensor.shape}")
+            raise value_error(f"parameter {r['name']!r} must have shape {r['shape']}, got {tensor.shape}")
         flat[r["offset"]:r["offset"] + r["size"]] = tensor.reshape(-1)
     return flat

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..training.errors import type_error, value_error
+
 N_VOCAB = 256
 SCHEDULE_FORMAT = "uform.lm.corpus/1"
 ORDER = ("windows of length+1 bytes at offsets 0..N-length-1; epoch e visits them in the stable argsort "
@@ -58,16 +60,16 @@ class TokenBatches:
         elif isinstance(data, (bytes, bytearray, memoryview)):
             corpus, default_name = bytes(data), "inline"
         else:
-            raise TypeError(f"data must be bytes, str or a path, got {type(data).__name__}")
+            raise type_error(f"data must be bytes, str or a path, got {type(data).__name__}")
         for label, value in (("batch", batch), ("length", length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+                raise value_error(f"{label} must be a positive integer, got {value!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+            raise value_error(f"seed must be an integer in [0, 2**64), got {seed!r}")
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
-            raise ValueError(f"steps must be a non-negative integer or None, got {steps!r}")
+            raise value_error(f"steps must be a non-negative integer or None, got {steps!r}")
         if len(corpus) < length + 1:
-            raise ValueError(f"the corpus has {len(corpus)} bytes; a window needs length + 1 = {length + 1}")
+            raise value_error(f"the corpus has {len(corpus)} bytes; a window needs length + 1 = {length + 1}")
         self.batch_size, self.length, self.seed, self.steps = batch, length, seed, steps
         self.name = default_name if name is None else str(name)
         self._corpus = np.frombuffer(corpus, dtype=np.uint8)
@@ -90,7 +92,7 @@ class TokenBatches:
     def offsets(self, i: int) -> np.ndarray:
         """Corpus offsets of the windows in batch i, one per row (int64)."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
-            raise ValueError(f"batch index must be a non-negative integer, got {i!r}")
+            raise value_error(f"batch index must be a non-negative integer, got {i!r}")
         samples = int(i) * self.batch_size + np.arange(self.batch_size)
         epochs, positions = np.divmod(samples, self.n_windows)
         starts = np.empty(self.batch_size, dtype=np.int64)
@@ -133,10 +135,10 @@ class TokenBatches:
     def from_data_schedule(cls, data, schedule: dict) -> "TokenBatches":
         """Rebuild the batches a schedule records, checking that ``data`` is its corpus."""
         if not isinstance(schedule, dict) or schedule.get("format") != SCHEDULE_FORMAT:
-            raise ValueError(f"not a {SCHEDULE_FORMAT} data schedule")
+            raise value_error(f"not a {SCHEDULE_FORMAT} data schedule")
         batches = cls(data, batch=schedule["batch"], length=schedule["length"], seed=schedule["seed"],
                       name=schedule["corpus"], steps=schedule.get("planned_steps"))
         if batches._sha256 != schedule["corpus_sha256"]:
-            raise ValueError(f"corpus SHA-256 {batches._sha256} differs from the schedule's "
-                             f"{schedule['corpus_sha256']}: this is not the recorded corpus")
+            raise value_error(f"corpus SHA-256 {batches._sha256} differs from the schedule's "
+                              f"{schedule['corpus_sha256']}: this is not the recorded corpus")
         return batches

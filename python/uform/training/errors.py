@@ -27,7 +27,11 @@ class ErrorCode(IntEnum):
     CONFIG_MISMATCH = 3
     """A checkpoint or peer describes another geometry than the run's."""
     UNSUPPORTED = 4
-    """A valid request this build cannot serve yet, like an image item."""
+    """A valid request this build cannot serve yet, like a mesh, or a GPU on a machine without one."""
+    CORRUPTED = 5
+    """A file fails its checksums or its structure: modified, truncated, or not a checkpoint at all."""
+    DEVICE_LOST = 6
+    """The engine failed mid-call; the state on the device is unknown until a state is loaded again."""
 
 
 class UFormError(Exception):
@@ -39,4 +43,30 @@ class UFormError(Exception):
         self.message = message
 
     def __repr__(self) -> str:
-        return f"UFormError({self.code.name}, {self.message!r})"
+        return f"{type(self).__name__}({self.code.name}, {self.message!r})"
+
+
+class UFormValueError(UFormError, ValueError):
+    """A UFormError that is also a ValueError: the language-model trainer keeps mojolearn's exception types."""
+
+
+class UFormTypeError(UFormError, TypeError):
+    """A UFormError that is also a TypeError (mojolearn's type for an argument of the wrong type)."""
+
+
+class UFormRuntimeError(UFormError, RuntimeError):
+    """A UFormError that is also a RuntimeError (mojolearn's type for a non-finite loss or a lost device)."""
+
+
+class UFormOSError(UFormError, OSError):
+    """A UFormError that is also an OSError: a file that cannot be read or written, named."""
+
+
+def value_error(message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENT) -> UFormValueError:
+    """The language-model side's refusal of a value (INVALID_ARGUMENT unless another code is given)."""
+    return UFormValueError(code, message)
+
+
+def type_error(message: str) -> UFormTypeError:
+    """The language-model side's refusal of an argument of the wrong type."""
+    return UFormTypeError(ErrorCode.INVALID_ARGUMENT, message)

@@ -65,7 +65,11 @@ def entries(name: str, value, item_count: int | None = None) -> list:
 def as_text(name: str, item: int, entry) -> bytes:
     """One item's bytes, ``str`` encoded as UTF-8; refuses other types naming the item."""
     if isinstance(entry, str):
-        return entry.encode("utf-8")
+        try:
+            return entry.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: item {item} is not valid text: character "
+                             f"{error.start} is a lone surrogate {entry[error.start]!r}") from None
     if isinstance(entry, (bytes, bytearray, memoryview)):
         return bytes(entry)
     if isinstance(entry, np.ndarray) and entry.dtype == np.uint8 and entry.ndim == 1:
