@@ -5,6 +5,12 @@ usable GPU (NVIDIA through the driver library, AMD through the KFD topology),
 load the matching variant if it was built, and otherwise fall back to the CPU
 variant with a message that says why. ``UFORM_ENGINE_VARIANT`` names a variant
 explicitly (``cpu`` forces the CPU build).
+
+Loading the Mojo runtime sets environment variables at the C level
+(``PYTHONEXECUTABLE``, ``PYTHONPATH``, ``MOJO_PYTHON_LIBRARY``), which every
+child process would inherit: ``subprocess.run([sys.executable, ...])`` would
+start another interpreter. ``load_variant`` puts the environment back as it
+found it.
 """
 
 from __future__ import annotations
@@ -68,6 +74,27 @@ def wanted_variant() -> tuple[str, str]:
     return "cpu", "no GPU found"
 
 
+def c_environment() -> dict[bytes, bytes]:
+    """The process environment as the C library holds it (what a child process inherits), which
+    ``os.environ`` does not see change."""
+    entries = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    environment, index = {}, 0
+    while entries[index]:
+        name, _, value = entries[index].partition(b"=")
+        environment[name] = value
+        index += 1
+    return environment
+
+
+def restore_environment(before: dict[bytes, bytes]) -> None:
+    """Put the C environment back to `before`: every variable changed since is reset, every new one unset."""
+    for name, value in c_environment().items():
+        if name not in before:
+            os.unsetenv(name)
+        elif value != before[name]:
+            os.putenv(name, before[name])
+
+
 def load_variant(variant: str):
     folder = _build.VARIANTS_DIR / variant
     module_path = folder / "_engine.so"
@@ -76,14 +103,18 @@ def load_variant(variant: str):
             f"the uform engine variant {variant!r} is not built ({module_path} is missing); "
             f"build it with: python python/uform/_build.py --target {variant}"
         )
-    # The runtime libraries sit beside the module; load them first so the module resolves against them.
-    for name in _build.RUNTIME_LIBRARIES:
-        library = folder / name
-        if library.exists():
-            ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
-    spec = importlib.util.spec_from_file_location("uform._engine", module_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    environment = c_environment()
+    try:
+        # The runtime libraries sit beside the module; load them first so the module resolves against them.
+        for name in _build.RUNTIME_LIBRARIES:
+            library = folder / name
+            if library.exists():
+                ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+        spec = importlib.util.spec_from_file_location("uform._engine", module_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        restore_environment(environment)
     sys.modules["uform._engine"] = module
     return module
 

@@ -4,10 +4,15 @@ The engine (``uform._engine``) addresses memory by integers. This module gives
 those integers an owner: a :class:`Buffer` is an allocation of a known shape and
 dtype on one :class:`Device`, freed when the buffer is collected. Numpy arrays go
 in with :meth:`Device.put` and come back with :meth:`Buffer.numpy`.
+
+An allocation the device cannot serve raises ``MemoryError`` naming the device
+and the size. The engine aborts the process on a failed host allocation, so on
+the CPU the size is first tried with the C library's ``malloc`` (and freed).
 """
 
 from __future__ import annotations
 
+import ctypes
 from functools import cached_property
 
 import numpy as np
@@ -15,6 +20,9 @@ import numpy as np
 from ._loader import load_engine
 
 _engine, ENGINE_VARIANT = load_engine()
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype, _libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8))
 
@@ -32,7 +40,10 @@ class Device:
         try:
             self._handle.open(int(ordinal))
         except Exception as error:  # the engine raises a plain Exception with its message
-            raise RuntimeError(f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: {error}") from None
+            from .training.errors import ErrorCode, UFormRuntimeError  # the training package imports this module
+
+            raise UFormRuntimeError(ErrorCode.UNSUPPORTED, f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: "
+                                    f"{error}") from None
         self.ordinal = int(ordinal)
         self.allocated_bytes = 0  # held now by this device's buffers
         self.peak_bytes = 0       # the most ever held at once
@@ -71,6 +82,18 @@ class Device:
         buffer.write(array)
         return buffer
 
+    def allocate(self, nbytes: int) -> int:
+        """The address of `nbytes` new bytes on this device; MemoryError when the device has not got them."""
+        if not self.is_gpu:
+            probe = _libc.malloc(nbytes)
+            if not probe:
+                raise MemoryError(f"cpu: cannot allocate {nbytes} bytes")
+            _libc.free(probe)
+        try:
+            return int(self._handle.alloc(nbytes))
+        except Exception as error:  # the engine raises a plain Exception with its message
+            raise MemoryError(f"{self.name}: cannot allocate {nbytes} bytes: {error}") from None
+
     def synchronize(self) -> None:
         self._handle.synchronize()
 
@@ -100,7 +123,7 @@ class Buffer:
         self.dtype = dtype
         self.owner = view_of  # a view keeps its allocation alive and never frees it
         if view_of is None:
-            self.address = int(device._handle.alloc(self.nbytes))
+            self.address = device.allocate(self.nbytes)
             device.allocated_bytes += self.nbytes
             device.peak_bytes = max(device.peak_bytes, device.allocated_bytes)
         else:

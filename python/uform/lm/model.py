@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..engine import Device
+from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import TransformerStack, layer_tensors
@@ -38,19 +39,20 @@ class DeviceModel(ResidentState):
         self.layer_weights = layer_tensors(self.weights, shape.layers)
         self.layer_grads = layer_tensors(self.weight_grads, shape.layers)
         self.stack = TransformerStack(device, shape.stack(), shape.length)
-        self._batches: dict[tuple[int, int], BatchBuffers] = {}
+        self._batches = RecentCache(self._allocate)
 
     def buffers(self, batch: int, length: int) -> BatchBuffers:
-        """The buffers of one (batch, length) geometry, made on first use."""
-        key = (batch, length)
-        if key not in self._batches:
-            n, vocabulary = batch * length, self.shape.vocab_size
-            tokens = TokenInputs.allocate(self.device, n, vocabulary)
-            tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
-            tokens.spans.write(K.attention_spans(n, length))
-            head = CrossEntropyHead.allocate(self.device, n, vocabulary)
-            self._batches[key] = BatchBuffers(tokens=tokens, head=head)
-        return self._batches[key]
+        """The buffers of one (batch, length) geometry, made on first use (the few most recent geometries'
+        are kept: ``uform.nn.cache``)."""
+        return self._batches((batch, length))
+
+    def _allocate(self, key: tuple[int, int]) -> BatchBuffers:
+        batch, length = key
+        n, vocabulary = batch * length, self.shape.vocab_size
+        tokens = TokenInputs.allocate(self.device, n, vocabulary)
+        tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
+        tokens.spans.write(K.attention_spans(n, length))
+        return BatchBuffers(tokens=tokens, head=CrossEntropyHead.allocate(self.device, n, vocabulary))
 
     def forward(self, inputs: np.ndarray) -> BatchBuffers:
         """Logits of inputs (B, T) int32 into the head's buffers, keeping what the backward needs."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 
 from .. import kernels as K
 from ..engine import Buffer, Device
+from .cache import RecentCache
 
 
 @dataclass
@@ -150,19 +151,21 @@ class TransformerStack:
         self.geometry = geometry
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
-        self._buffers: dict[int, StackBuffers] = {}
+        self._buffers = RecentCache(self._allocate)
+
+    def _allocate(self, n: int) -> StackBuffers:
+        g, d = self.geometry, self.device
+        return StackBuffers(layers=[LayerActivations.allocate(d, g, n) for _ in range(g.layers)],
+                            work=StackWork.allocate(d, g, n))
 
     def buffers(self, n: int) -> StackBuffers:
-        """The activations and work buffers for n tokens, made on first use."""
-        if n not in self._buffers:
-            g, d = self.geometry, self.device
-            self._buffers[n] = StackBuffers(layers=[LayerActivations.allocate(d, g, n) for _ in range(g.layers)],
-                                            work=StackWork.allocate(d, g, n))
-        return self._buffers[n]
+        """The activations and work buffers for n tokens, made on first use (the few most recent token
+        counts' are kept: ``uform.nn.cache``)."""
+        return self._buffers(n)
 
     def token_counts(self) -> list[int]:
         """The token counts whose buffers are held."""
-        return list(self._buffers)
+        return self._buffers.keys()
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..engine import Buffer, Device
+from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState, named_tensors, registry_size, tensor_registry
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import StackGeometry, TransformerStack, layer_tensors
@@ -240,27 +241,29 @@ class EncoderModel(ResidentState):
         self.layer_weights = layer_tensors(self.weights, geometry.depth)
         self.layer_grads = layer_tensors(self.weight_grads, geometry.depth)
         self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns)
-        self._buffers: dict[tuple[int, int, int], EncoderBuffers] = {}
-        self._pooling: dict[tuple[int, int], PoolingBuffers] = {}
+        self._buffers = RecentCache(self._allocate)
+        self._pooling = RecentCache(self._allocate_pooling)
         self._last_buffers: EncoderBuffers | None = None
 
     def buffers(self, n: int, columns: int, segments: int) -> EncoderBuffers:
-        """The buffers of n tokens in rows of `columns` packing `segments` segments, made on first use."""
-        key = (n, columns, segments)
-        if key not in self._buffers:
-            d, g = self.device, self.geometry
-            masked = CrossEntropyHead.allocate(d, n, VOCABULARY_SIZE) if g.masked else None
-            contrastive = ContrastiveBuffers.allocate(d, segments, g.hidden, self.widths) \
-                if g.contrastive and segments else None
-            media = MediaBuffers(
-                row_of=d.empty(n, np.int32), embedded=d.empty((n, g.hidden)),
-                modalities={name: ModalityBuffers.allocate(d, n, width, g.hidden) for name, width in g.media},
-            ) if g.media else None
-            self._buffers[key] = EncoderBuffers(
-                tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES),
-                token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
-                dy=d.empty((n, g.hidden)), masked=masked, contrastive=contrastive, media=media)
-        return self._buffers[key]
+        """The buffers of n tokens in rows of `columns` packing `segments` segments, made on first use (the
+        few most recent geometries' are kept: ``uform.nn.cache``)."""
+        return self._buffers((n, columns, segments))
+
+    def _allocate(self, key: tuple[int, int, int]) -> EncoderBuffers:
+        n, _, segments = key
+        d, g = self.device, self.geometry
+        masked = CrossEntropyHead.allocate(d, n, VOCABULARY_SIZE) if g.masked else None
+        contrastive = ContrastiveBuffers.allocate(d, segments, g.hidden, self.widths) \
+            if g.contrastive and segments else None
+        media = MediaBuffers(
+            row_of=d.empty(n, np.int32), embedded=d.empty((n, g.hidden)),
+            modalities={name: ModalityBuffers.allocate(d, n, width, g.hidden) for name, width in g.media},
+        ) if g.media else None
+        return EncoderBuffers(
+            tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES),
+            token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
+            dy=d.empty((n, g.hidden)), masked=masked, contrastive=contrastive, media=media)
 
     def _forward(self, batch: StepBatch) -> tuple[EncoderBuffers, Buffer]:
         """The tower over a packed batch up to the final norm (in buffers.y); answers the buffers and the
@@ -294,18 +297,19 @@ class EncoderModel(ResidentState):
         H = self.geometry.hidden
         buffers, _ = self._forward(batch)
         segments = len(batch.segment_starts)
-        key = (segments, width)
-        if key not in self._pooling:
-            d = self.device
-            self._pooling[key] = PoolingBuffers(starts=d.empty(segments, np.int32), lengths=d.empty(segments, np.int32),
-                                                pooled=d.empty((segments, H)), unit=d.empty((segments, width)),
-                                                inverse=d.empty(segments))
-        p = self._pooling[key]
+        p = self._pooling((segments, width))
         p.starts.write(batch.segment_starts)
         p.lengths.write(batch.segment_lengths)
         K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
         K.l2_normalize_forward(p.unit, p.inverse, p.pooled, width, H)
         return p.unit.numpy()
+
+    def _allocate_pooling(self, key: tuple[int, int]) -> PoolingBuffers:
+        segments, width = key
+        d = self.device
+        return PoolingBuffers(starts=d.empty(segments, np.int32), lengths=d.empty(segments, np.int32),
+                              pooled=d.empty((segments, self.geometry.hidden)), unit=d.empty((segments, width)),
+                              inverse=d.empty(segments))
 
     # ---- one step ------------------------------------------------------------------------------------
 
