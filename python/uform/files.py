@@ -4,23 +4,67 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
+
+from .training.errors import ErrorCode, UFormOSError
+
+
+def _umask() -> int:
+    """The process umask: read from /proc where Linux shows it, else set and put back."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_abandoned(path: str) -> None:
+    """Remove the temporary files beside path that writers killed mid-save left behind (their process is gone)."""
+    folder, name = os.path.split(path)
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[^.]+\.tmp")
+    for entry in os.listdir(folder):
+        match = pattern.fullmatch(entry)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, entry))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_atomically(path, chunks) -> None:
     """Write the byte chunks to a temporary file beside path, sync it, then rename it over path: a reader
-    sees the old file or the whole new one, and a failure leaves no temporary file behind."""
-    path = os.fsdecode(path)
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                                         prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    sees the old file or the whole new one, and a failure leaves no temporary file behind (nor, once this
+    save succeeds, any that a killed save of the same path left). The file takes the mode the umask gives
+    a new file (0666 less the umask). An error names path, never the temporary file."""
+    path = os.path.abspath(os.fsdecode(path))
     try:
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path),
+                                             prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp")
+    except OSError as error:
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{path}: cannot write: {error.strerror}") from None
+    try:
+        os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "wb") as file:
             for chunk in chunks:
                 file.write(chunk)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{path}: cannot write: {error.strerror}") from None
         raise
+    _remove_abandoned(path)

@@ -12,14 +12,15 @@ from uform.lm import (FORMAT, LanguageModelConfig, encode_json_checkpoint, read_
                       read_json_checkpoint, read_json_checkpoint_bytes, validate_state, write_binary_checkpoint,
                       write_json_checkpoint)
 
-SPECIAL_BITS = np.array([0x80000000, 0x7FC12345, 0x7F800001, 0xFFA5A5A5, 0x00000001, 0x007FFFFF],
-                        dtype=np.uint32)        # -0.0, quiet and signalling NaNs with payloads, subnormals
+SPECIAL_BITS = np.array([0x80000000, 0x7F7FFFFF, 0x00000001, 0x007FFFFF],
+                        dtype=np.uint32)        # -0.0, the largest float32, subnormals (a NaN is refused)
 
 
 def make_state(shape=None, seed=0):
     c = shape or LanguageModelConfig()
     rng = np.random.default_rng(seed)
     arrays = {name: rng.standard_normal(c.n_total).astype(np.float32) for name in ("parameters", "m", "v")}
+    arrays["v"] = np.abs(arrays["v"])  # second moments are never negative
     for array in arrays.values():
         array[:SPECIAL_BITS.size] = SPECIAL_BITS.view(np.float32)
     return {"format": FORMAT, "config": c.to_dict(),

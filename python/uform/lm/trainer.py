@@ -13,24 +13,32 @@ and the loss comes out, and the state reaches the host on ``export_state``,
 and downloads it again. Both paths run the same kernels and give the same bits,
 on the CPU and on a GPU.
 
-Failure semantics: arguments are checked before anything runs; a step whose
-loss is not finite is rolled back (nothing was updated, since the update is
-the step's last action); an error from the engine itself marks the device
-context lost, after which every call raises RuntimeError until
+Failure semantics (``docs/guarantees.md``): every public method holds the
+trainer's lock, so calls from several threads run one at a time and none is
+lost. Arguments are checked before anything runs, with a ``UFormError`` that
+is also the ValueError or TypeError mojolearn names. A step whose loss or
+gradient is not finite is rolled back (nothing was updated, since the update
+is the step's last action), and the update and the step count are applied
+whole even under Ctrl-C. A failed device allocation raises MemoryError and
+changes nothing; any other error from the engine marks the device context
+lost (``DEVICE_LOST``), after which every call raises until
 ``load_state_dict``.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import math
+import threading
 
 import numpy as np
 
 from .. import engine
 from ..executor import default_executor, executor_from, numeric_mode
-from ..nn.resident import AdamW, HostState
+from ..nn.resident import AdamW, HostState, applied_whole
+from ..training.errors import ErrorCode, UFormRuntimeError, type_error, value_error
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .model import DeviceModel
@@ -40,6 +48,20 @@ LOGITS_MAX_CELLS = 268_435_456
 STEP_RESULTS = ("full", "lean")
 
 
+def serialised(method):
+    """The method run holding the trainer's lock: calls from several threads run one at a time."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+def refused(message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENT) -> UFormRuntimeError:
+    """A call refused in the state the trainer is in (mojolearn raises RuntimeError there)."""
+    return UFormRuntimeError(code, message)
+
+
 class LanguageModelTrainer:
     """FP32 decoder language-model trainer (AdamW, mean cross-entropy); see the module docstring."""
 
@@ -47,7 +69,7 @@ class LanguageModelTrainer:
                  shape=None, resident=None, step_result=None, executor=None):
         shape = LanguageModelConfig() if shape is None else shape
         if not isinstance(shape, LanguageModelConfig):
-            raise TypeError(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
+            raise type_error(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
         flat = self._flat_parameters(parameters, shape)
         state = ckpt.validate_state({
             "format": ckpt.FORMAT, "config": shape.to_dict(),
@@ -56,6 +78,10 @@ class LanguageModelTrainer:
             "step": 0, **HostState.starting(flat).arrays(),
             "data_schedule": data_schedule, "metadata": {},
         }, shape)
+        self._start(state, executor, resident, step_result)
+
+    def _start(self, state: dict, executor, resident, step_result) -> None:
+        self._lock = threading.RLock()
         self._executor = default_executor() if executor is None else executor_from(executor)
         self._resident, self._step_result = self._session_mode(resident, step_result)
         self._adopt(state)
@@ -68,10 +94,10 @@ class LanguageModelTrainer:
             return flatten_parameters(parameters, shape)
         flat = np.asarray(parameters)
         if flat.shape != (shape.n_total,):
-            raise ValueError(f"parameters must be a flat array of shape.n_total = {shape.n_total} values, "
-                             f"got shape {flat.shape}")
+            raise value_error(f"parameters must be a flat array of shape.n_total = {shape.n_total} values, "
+                              f"got shape {flat.shape}")
         if not np.issubdtype(flat.dtype, np.floating):
-            raise ValueError(f"parameters must be floating point, got {flat.dtype}")
+            raise value_error(f"parameters must be floating point, got {flat.dtype}")
         return flat.astype(np.float32)
 
     def _session_mode(self, resident, step_result) -> tuple[bool, str]:
@@ -81,9 +107,9 @@ class LanguageModelTrainer:
         if step_result is None:
             step_result = "lean" if resident else "full"
         if step_result not in STEP_RESULTS:
-            raise ValueError(f"step_result must be one of {STEP_RESULTS} or None, got {step_result!r}")
+            raise value_error(f"step_result must be one of {STEP_RESULTS} or None, got {step_result!r}")
         if step_result == "lean" and not resident:
-            raise ValueError('step_result="lean" requires resident=True (the gradient stays on the device)')
+            raise value_error('step_result="lean" requires resident=True (the gradient stays on the device)')
         return resident, step_result
 
     def _adopt(self, state: dict) -> None:
@@ -100,8 +126,8 @@ class LanguageModelTrainer:
 
     def _check_alive(self) -> None:
         if self._lost:
-            raise RuntimeError("the device context was lost; the steps since the last export are gone. "
-                               "Call load_state_dict() with a saved state to continue")
+            raise refused("the device context was lost; the steps since the last export are gone. "
+                          "Call load_state_dict() with a saved state to continue", ErrorCode.DEVICE_LOST)
 
     def _open(self) -> DeviceModel:
         """The device model, opened from the host state if no session is open."""
@@ -113,15 +139,17 @@ class LanguageModelTrainer:
         return self._model
 
     def _engine_call(self, call):
-        """Run device work; an engine error marks the context lost (the state on it is unknown)."""
+        """Run device work; an engine error marks the context lost (the state on it is unknown). A refused
+        argument or a failed allocation happens before anything changes, and passes through."""
         try:
             return call()
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, MemoryError):
             raise
         except Exception as error:
             self._lost = True
             self._model = None
-            raise RuntimeError(f"{self._device.name}: device call failed, the session is lost: {error}") from error
+            raise refused(f"{self._device.name}: device call failed, the session is lost: {error}",
+                          ErrorCode.DEVICE_LOST) from error
 
     def _sync_host(self) -> None:
         """Bring the resident state back into the host state."""
@@ -133,17 +161,17 @@ class LanguageModelTrainer:
     def _ids(self, ids, *, length: int, what: str, min_batch=1, max_batch=None) -> np.ndarray:
         array = np.asarray(ids)
         if array.ndim != 2:
-            raise ValueError(f"{what}: ids must be 2-D (batch, positions), got shape {array.shape}")
+            raise value_error(f"{what}: ids must be 2-D (batch, positions), got shape {array.shape}")
         if not np.issubdtype(array.dtype, np.integer):
-            raise ValueError(f"{what}: ids must be integers, got {array.dtype}")
+            raise value_error(f"{what}: ids must be integers, got {array.dtype}")
         batch, positions = array.shape
         if positions != length:
-            raise ValueError(f"{what}: ids must have {length} positions per row, got {positions}")
+            raise value_error(f"{what}: ids must have {length} positions per row, got {positions}")
         if batch < min_batch or (max_batch is not None and batch > max_batch):
-            raise ValueError(f"{what}: batch must be in [{min_batch}, {max_batch}], got {batch}")
+            raise value_error(f"{what}: batch must be in [{min_batch}, {max_batch}], got {batch}")
         if array.size and (array.min() < 0 or array.max() >= self._shape.vocab_size):
-            raise ValueError(f"{what}: ids must lie in [0, {self._shape.vocab_size}), "
-                             f"got [{array.min()}, {array.max()}]")
+            raise value_error(f"{what}: ids must lie in [0, {self._shape.vocab_size}), "
+                              f"got [{array.min()}, {array.max()}]")
         return array.astype(np.int32)
 
     def _train_ids(self, ids, what: str) -> np.ndarray:
@@ -152,8 +180,10 @@ class LanguageModelTrainer:
 
     # ---- training -------------------------------------------------------------------------------------
 
+    @serialised
     def train_step(self, ids) -> dict:
-        """One step: mean cross-entropy of ids (batch, length + 1) and an AdamW update."""
+        """One step: mean cross-entropy of ids (batch, length + 1) and an AdamW update, applied whole or not
+        at all (a non-finite loss or gradient refuses it)."""
         self._check_alive()
         ids = self._train_ids(ids, "train_step")
         model = self._open()
@@ -165,14 +195,19 @@ class LanguageModelTrainer:
 
         buffers, losses = self._engine_call(run)
         loss = float(np.sum(losses, dtype=np.float64) / losses.size)
-        if not math.isfinite(loss):
+        if math.isfinite(loss):
+            self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
+            square_sum = self._engine_call(model.gradient_square_sum)
+        if not math.isfinite(loss) or not math.isfinite(square_sum):
             self._gradient_ready = False
             self._close_if_stateless()
-            raise RuntimeError(f"train_step: the loss is not finite ({loss}); the step was rolled back")
-        self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
-        self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
-        self._state["step"] = step
-        self._gradient_ready = True
+            what = f"loss is not finite ({loss})" if not math.isfinite(loss) else \
+                f"gradient is not finite (its sum of squares is {square_sum})"
+            raise refused(f"train_step: the {what}; the step was rolled back")
+        with applied_whole():
+            self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
+            self._state["step"] = step
+            self._gradient_ready = True
         result = {"loss": loss, "step": step, "completed_steps": step, "next_batch_index": step}
         if self._step_result == "full":
             flat = self._engine_call(model.gradients.numpy)
@@ -188,6 +223,7 @@ class LanguageModelTrainer:
             self._sync_host()
             self._model = None
 
+    @serialised
     def evaluate(self, ids) -> float:
         """Mean loss on ids (batch, length + 1) without changing any state."""
         self._check_alive()
@@ -198,19 +234,20 @@ class LanguageModelTrainer:
         self._close_if_stateless()
         return float(np.sum(losses, dtype=np.float64) / losses.size)
 
+    @serialised
     def logits(self, ids, *, lengths=None) -> np.ndarray:
         """Float32 logits (batch, length, vocab) of every position; with lengths, padding positions are +0.0."""
         self._check_alive()
         c = self._shape
         array = np.asarray(ids)
         if array.ndim != 2:
-            raise ValueError(f"logits: ids must be 2-D (batch, length), got shape {array.shape}")
+            raise value_error(f"logits: ids must be 2-D (batch, length), got shape {array.shape}")
         batch, length = array.shape
         if not 1 <= length <= c.length:
-            raise ValueError(f"logits: length must be in [1, {c.length}], got {length}")
+            raise value_error(f"logits: length must be in [1, {c.length}], got {length}")
         if batch * length * c.vocab_size > LOGITS_MAX_CELLS:
-            raise ValueError(f"logits: batch·length·vocab = {batch * length * c.vocab_size} exceeds "
-                             f"{LOGITS_MAX_CELLS}")
+            raise value_error(f"logits: batch·length·vocab = {batch * length * c.vocab_size} exceeds "
+                              f"{LOGITS_MAX_CELLS}")
         ids = self._ids(array, length=length, what="logits", max_batch=LOGITS_MAX_BATCH)
         real = self._lengths(lengths, batch, length)
         model = self._open()
@@ -220,7 +257,7 @@ class LanguageModelTrainer:
         # so the row's padding cannot reach them; padding positions themselves answer +0.0.
         out[np.arange(length)[None, :] >= real[:, None]] = 0.0
         if not np.all(np.isfinite(out)):
-            raise RuntimeError("logits: a logit is not finite")
+            raise refused("logits: a logit is not finite")
         return out
 
     @staticmethod
@@ -229,11 +266,12 @@ class LanguageModelTrainer:
             return np.full(batch, length)
         real = np.asarray(lengths)
         if real.shape != (batch,) or not np.issubdtype(real.dtype, np.integer):
-            raise ValueError(f"lengths must be {batch} integers, got {real!r}")
+            raise value_error(f"lengths must be {batch} integers, got {real!r}")
         if real.min() < 1 or real.max() > length:
-            raise ValueError(f"lengths must lie in [1, {length}], got [{real.min()}, {real.max()}]")
+            raise value_error(f"lengths must lie in [1, {length}], got [{real.min()}, {real.max()}]")
         return real
 
+    @serialised
     def next_bytes(self, ids, *, lengths=None) -> list[int]:
         """The greedy next id after each row (its last real position); ties go to the lowest id."""
         out = self.logits(ids, lengths=lengths)
@@ -242,35 +280,40 @@ class LanguageModelTrainer:
 
     # ---- state ----------------------------------------------------------------------------------------
 
+    @serialised
     def export_state(self) -> dict:
         """The complete training state as fresh copies (downloads a resident session once)."""
         self._check_alive()
         self._sync_host()
         return ckpt.validate_state(self._state, self._shape)
 
+    @serialised
     def state_dict(self) -> dict:
         return self.export_state()
 
+    @serialised
     def load_state_dict(self, state) -> None:
         """Replace the complete state; validated first, so a refused state leaves the trainer untouched."""
         checked = ckpt.validate_state(state)
         self._adopt(checked)
 
+    @serialised
     def export_gradients(self, named: bool = True) -> dict:
         """The pre-update gradient of the last completed step of a resident session."""
         self._check_alive()
         if not self._resident or self._model is None:
-            raise RuntimeError("export_gradients: no resident session is open (train_step returns gradients "
-                               "on the stateless path)")
+            raise refused("export_gradients: no resident session is open (train_step returns gradients "
+                          "on the stateless path)")
         if not self._gradient_ready:
-            raise RuntimeError("export_gradients: no step has completed since the session was opened, "
-                               "restored or rolled back")
+            raise refused("export_gradients: no step has completed since the session was opened, "
+                          "restored or rolled back")
         flat = self._engine_call(self._model.gradients.numpy)
         out = {"flat_gradients": flat}
         if named:
             out["gradients"] = {k: v.copy() for k, v in split_parameters(flat, self._shape).items()}
         return out
 
+    @serialised
     def close(self) -> None:
         """Copy the device state to the host and release the device; a later call re-opens it."""
         if self._lost:
@@ -281,10 +324,12 @@ class LanguageModelTrainer:
         self._gradient_ready = False
 
     @property
+    @serialised
     def step_(self) -> int:
         return self._state["step"]
 
     @property
+    @serialised
     def parameters_(self) -> np.ndarray:
         self._check_alive()
         if self._model is not None:
@@ -292,6 +337,7 @@ class LanguageModelTrainer:
         return self._state["parameters"].copy()
 
     @property
+    @serialised
     def data_schedule(self) -> dict:
         return copy.deepcopy(self._state["data_schedule"])
 
@@ -299,6 +345,7 @@ class LanguageModelTrainer:
     def parameter_registry(shape=None) -> list[dict]:
         return parameter_registry(shape)
 
+    @serialised
     def run_metadata(self) -> dict:
         """Profile, configuration, schedule and binary details of this run (constants only)."""
         from .. import _build
@@ -320,6 +367,7 @@ class LanguageModelTrainer:
                        "build_key": key_file.read_text() if key_file.exists() else None},
         }
 
+    @serialised
     def attention_stage_report(self) -> dict | None:
         """Memory held by the open session's attention stages (None without a resident session).
 
@@ -339,12 +387,14 @@ class LanguageModelTrainer:
 
     # ---- checkpoints ------------------------------------------------------------------------------------
 
+    @serialised
     def export_checkpoint(self, path) -> None:
         """Write the complete state to path as a JSON checkpoint (atomic, at most 2 MiB)."""
         ckpt.write_json_checkpoint(path, self.export_state())
 
     save_checkpoint = export_checkpoint
 
+    @serialised
     def export_checkpoint_binary(self, path) -> str:
         """Write the complete state as a binary checkpoint (atomic); returns the file's SHA-256."""
         return ckpt.write_binary_checkpoint(path, self.export_state())
@@ -352,9 +402,7 @@ class LanguageModelTrainer:
     @classmethod
     def _from_state(cls, state: dict, resident, executor) -> LanguageModelTrainer:
         trainer = cls.__new__(cls)
-        trainer._executor = default_executor() if executor is None else executor_from(executor)
-        trainer._resident, trainer._step_result = trainer._session_mode(resident, None)
-        trainer._adopt(state)
+        trainer._start(state, executor, resident, None)
         return trainer
 
     @classmethod
@@ -364,7 +412,7 @@ class LanguageModelTrainer:
     @classmethod
     def from_checkpoint_bytes(cls, encoded, *, resident=None, executor=None) -> LanguageModelTrainer:
         if not isinstance(encoded, bytes):
-            raise TypeError(f"from_checkpoint_bytes takes exactly bytes, got {type(encoded).__name__}")
+            raise type_error(f"from_checkpoint_bytes takes exactly bytes, got {type(encoded).__name__}")
         return cls._from_state(ckpt.read_json_checkpoint_bytes(encoded), resident, executor)
 
     @classmethod

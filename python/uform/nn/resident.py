@@ -13,7 +13,10 @@ and both checkpoint formats write and read a ``HostState``.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +26,14 @@ from ..engine import Buffer, Device
 
 STATE_ARRAYS = ("parameters", "m", "v")
 """The arrays of a HostState, in the order checkpoints store them."""
+
+MAX_STEPS = 2**31 - 1
+"""The most optimizer steps a state may record; a larger count (or a negative one) is refused as corrupt."""
+MAX_LEARNING_RATE = 1.0
+"""The largest learning rate either trainer accepts: AdamW moves a weight by about the rate each step, so a
+larger one outweighs any initialised weight in one step (and past float32's range, writes inf or NaN)."""
+MIN_EPS = float(np.finfo(np.float32).tiny)
+"""The smallest AdamW ε: a zero (or a subnormal a GPU flushes to zero) makes 0/0 = NaN of a zero gradient."""
 
 
 def tensor_registry(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> list[dict]:
@@ -49,6 +60,26 @@ def named_tensors(flat, registry: list[dict]) -> dict:
 def every_tensor(name: str) -> bool:
     """The default decay rule: weight decay applies to every tensor."""
     return True
+
+
+@contextmanager
+def applied_whole():
+    """Hold a Ctrl-C (SIGINT) until the block ends, so an update of several launches and its step count are
+    applied all or not at all: the KeyboardInterrupt arrives right after the block. Python delivers signals
+    to the main thread only, so elsewhere there is nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and previous is signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+        elif held and callable(previous):
+            previous(signal.SIGINT, held[0])
 
 
 @dataclass(frozen=True)
@@ -101,6 +132,19 @@ class HostState:
         """The three arrays by their STATE_ARRAYS names."""
         return {name: getattr(self, name) for name in STATE_ARRAYS}
 
+    def first_bad_value(self, registry: list[dict]) -> str | None:
+        """None for a state a step can continue from, else where it cannot: the first non-finite parameter
+        or moment, or negative second moment, named by array, tensor and index."""
+        for array, flat in self.arrays().items():
+            bad = ~np.isfinite(flat)
+            if array == "v":
+                bad |= flat < 0
+            if bad.any():
+                index = int(np.argmax(bad))
+                entry = next(e for e in registry if e["offset"] <= index < e["offset"] + e["size"])
+                return f"{array}[{index}] (tensor {entry['name']}) is {flat[index]}"
+        return None
+
 
 class ResidentState:
     """Parameters, gradient and AdamW moments resident on `device` as flat buffers laid out by `registry`.
@@ -120,6 +164,7 @@ class ResidentState:
         self.weight_grads = self._views(self.gradients)
         self.optimizer = adamw
         self.decay_runs = decay_runs(registry, adamw.decays)
+        self._square_sum = device.empty(1)
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -127,6 +172,13 @@ class ResidentState:
     def download_state(self) -> HostState:
         """Parameters and moments, copied to the host."""
         return HostState(self.parameters.numpy(), self.m.numpy(), self.v.numpy())
+
+    def gradient_square_sum(self) -> float:
+        """Σ g² over the whole gradient (one launch, one value downloaded): not finite when a gradient value
+        is NaN or infinite, or too large for AdamW's second moment to hold its square."""
+        size = self.gradients.size
+        K.gemm(self._square_sum, self.gradients, self.gradients, 1, 1, size)
+        return float(self._square_sum.numpy()[0])
 
     def adamw(self, *, step: int, lr: float) -> None:
         """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""

@@ -44,12 +44,14 @@ or not the objective reads it, so a mistake surfaces before it matters.
 
 from __future__ import annotations
 
-import math
 import numbers
 import operator
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable
 
+import numpy as np
+
+from ..nn.resident import MAX_LEARNING_RATE
 from .enums import Negatives, Objective, PairLossForm
 from .errors import ErrorCode, UFormError
 
@@ -57,6 +59,10 @@ MAX_MATRYOSHKA_DIMENSIONS = 8
 """Matryoshka prefix widths a run scores at most."""
 WIDTH_ALIGNMENT = 8
 """Every Matryoshka width and the late-interaction width are multiples of this."""
+MAX_SCALE = 1e6
+"""The largest loss weight, inverse temperature or |bias| a run accepts: far past any useful value, and small
+enough that the products a step forms of them stay finite in float32."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 HIDDEN_ALIGNMENT = 128
 """The embedding width is a multiple of this: whole attention heads of 64."""
 
@@ -351,7 +357,7 @@ class DerivedRun:
 
 
 def _check_field_types(prefix: str, config) -> None:
-    """Every ``int`` field a non-negative integer, every ``float`` field a finite number."""
+    """Every ``int`` field a non-negative integer, every ``float`` field a number finite in float32."""
     for f in fields(config):
         value = getattr(config, f.name)
         name = f"{prefix}.{f.name}"
@@ -361,8 +367,8 @@ def _check_field_types(prefix: str, config) -> None:
             if value < 0:
                 raise _invalid(name, f"must be non-negative, got {value}")
         elif f.type == "float":
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise _invalid(name, f"must be a finite number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not abs(value) <= FLOAT32_MAX:
+                raise _invalid(name, f"must be a number finite in float32, got {value!r}")
 
 
 def _require(condition: bool, name: str, message: str) -> None:
@@ -386,8 +392,11 @@ def _check_masking(masking: Masking) -> None:
     _require(masking.token_mean_span >= 1.0, "masking.token_mean_span",
              f"must be at least 1 byte, got {masking.token_mean_span}")
     for name in ("text_weight", "image_weight", "video_weight", "audio_weight"):
-        value = getattr(masking, name)
-        _require(value >= 0.0, f"masking.{name}", f"must be non-negative, got {value}")
+        _check_weight(f"masking.{name}", getattr(masking, name))
+
+
+def _check_weight(name: str, value: float) -> None:
+    _require(0.0 <= value <= MAX_SCALE, name, f"must lie in [0, {MAX_SCALE:g}], got {value}")
 
 
 def _check_contrastive(contrastive: Contrastive, hidden: int) -> None:
@@ -401,30 +410,33 @@ def _check_contrastive(contrastive: Contrastive, hidden: int) -> None:
         _require(width > 0 and width % WIDTH_ALIGNMENT == 0, name,
                  f"every width must be a positive multiple of {WIDTH_ALIGNMENT}, got {width}")
         _require(width <= hidden, name, f"width {width} exceeds hidden {hidden}")
-    _require(contrastive.inverse_temperature > 0.0, "contrastive.inverse_temperature",
-             f"must be positive, got {contrastive.inverse_temperature}")
-    _require(contrastive.ambient_repulsion_weight >= 0.0, "contrastive.ambient_repulsion_weight",
-             f"must be non-negative, got {contrastive.ambient_repulsion_weight}")
+    _require(0.0 < contrastive.inverse_temperature <= MAX_SCALE, "contrastive.inverse_temperature",
+             f"must lie in (0, {MAX_SCALE:g}], got {contrastive.inverse_temperature}")
+    _require(abs(contrastive.bias) <= MAX_SCALE, "contrastive.bias",
+             f"must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}], got {contrastive.bias}")
+    _check_weight("contrastive.ambient_repulsion_weight", contrastive.ambient_repulsion_weight)
 
 
 def _check_late_interaction(late: LateInteraction) -> None:
-    _require(late.weight >= 0.0, "late_interaction.weight", f"must be non-negative, got {late.weight}")
+    _check_weight("late_interaction.weight", late.weight)
     _require(late.width % WIDTH_ALIGNMENT == 0, "late_interaction.width",
              f"must be a multiple of {WIDTH_ALIGNMENT}, got {late.width}")
-    _require(late.inverse_temperature > 0.0, "late_interaction.inverse_temperature",
-             f"must be positive, got {late.inverse_temperature}")
+    _require(0.0 < late.inverse_temperature <= MAX_SCALE, "late_interaction.inverse_temperature",
+             f"must lie in (0, {MAX_SCALE:g}], got {late.inverse_temperature}")
+    _require(abs(late.bias) <= MAX_SCALE, "late_interaction.bias",
+             f"must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}], got {late.bias}")
 
 
 def _check_choices(choices: Choices, batch: BatchShape) -> None:
-    _require(choices.weight >= 0.0, "choices.weight", f"must be non-negative, got {choices.weight}")
+    _check_weight("choices.weight", choices.weight)
     _require(choices.weight == 0.0 or batch.max_choices_per_item > 0, "choices.weight",
              "a positive weight needs batch.max_choices_per_item, which is 0")
 
 
 def _check_schedule(schedule: Schedule) -> None:
     _require(schedule.steps > 0, "schedule.steps", "must be positive, got 0")
-    _require(schedule.learning_rate > 0.0, "schedule.learning_rate",
-             f"must be positive, got {schedule.learning_rate}")
+    _require(0.0 < schedule.learning_rate <= MAX_LEARNING_RATE, "schedule.learning_rate",
+             f"must lie in (0, {MAX_LEARNING_RATE}], got {schedule.learning_rate}")
     _require(0.0 <= schedule.min_learning_rate <= schedule.learning_rate, "schedule.min_learning_rate",
              f"must lie in [0, learning_rate {schedule.learning_rate}], got {schedule.min_learning_rate} "
              f"(a zero derives 1e-5)")

@@ -9,7 +9,10 @@
 A step checks every argument before anything runs (a refused step changes nothing), packs the
 items into the batch's rows, corrupts them for the masked objective (draws keyed by seed, step
 and item), resolves the relations into pair targets, and runs forward, losses, backward and
-AdamW on the device (``uform.training.encoder``). ``trainer.on(executor)`` answers a receiver
+AdamW on the device (``uform.training.encoder``). A step with no item to train on (none given, or
+all dropped by packing), or whose loss or gradient is not finite, is refused before the update;
+the update and the step count are applied whole even under Ctrl-C. Every public method holds the
+trainer's lock, so calls from several threads run one at a time (``docs/guarantees.md``). ``trainer.on(executor)`` answers a receiver
 whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
 Not yet supported, each refused with ``UNSUPPORTED`` naming what: a mesh (several processes),
 several devices per executor, media items, late interaction and choices with a positive weight.
@@ -17,6 +20,7 @@ several devices per executor, media items, late interaction and choices with a p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,13 +30,13 @@ import numpy as np
 
 from .. import kernels as K
 from ..executor import Executor
-from ..nn.resident import HostState, named_tensors
+from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
 from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
 from .enums import Modality, Objective, PairLossForm, Scalar
-from .errors import ErrorCode, UFormError
+from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
 from ..media.pool import DecodePool
 from .media_step import KIND_OF, MEDIA_KINDS, POSITION_AXES, media_geometry, media_tokens, place_media, prepare_items
@@ -55,6 +59,7 @@ class Trainer:
         self._step = step
         self._dropped_unread = 0
         self._lock = threading.Lock()
+        self._lost = False
         self._worker: ThreadPoolExecutor | None = None
         self._pool: DecodePool | None = None  # decodes a step's media items on threads
 
@@ -102,6 +107,25 @@ class Trainer:
         model = EncoderModel(executor.devices[0], geometry, state, widths)
         return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
 
+    @contextlib.contextmanager
+    def _device_call(self):
+        """Hold the trainer's lock over a call that works on the device. An error of the engine itself (not
+        a refusal, not a failed allocation) leaves the device state unknown: it raises DEVICE_LOST, and so
+        does every later call (resume from a checkpoint to go on)."""
+        with self._lock:
+            if self._lost:
+                raise UFormRuntimeError(ErrorCode.DEVICE_LOST, "the device failed in an earlier call, so its state "
+                                        "is unknown; resume from a checkpoint")
+            try:
+                yield
+            except Exception as error:
+                if isinstance(error, (UFormError, MemoryError)) or \
+                        not (isinstance(error, RuntimeError) or type(error) is Exception):
+                    raise
+                self._lost = True
+                raise UFormRuntimeError(ErrorCode.DEVICE_LOST, f"{self._executor.devices[0].name}: the engine "
+                                        f"failed, so the device state is unknown: {error}") from error
+
     # ---- receivers ----------------------------------------------------------------------------------------
 
     def _check_executor(self, executor: Executor) -> None:
@@ -117,9 +141,10 @@ class Trainer:
     def deferred(self, executor: Executor, /) -> DeferredOn:
         """A receiver whose verbs submit to `executor` and answer a Deferred at once."""
         self._check_executor(executor)
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uform-trainer")
-        return DeferredOn(self, self._worker)
+        with self._lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uform-trainer")
+            return DeferredOn(self, self._worker)
 
     # ---- facts ----------------------------------------------------------------------------------------------
 
@@ -140,7 +165,8 @@ class Trainer:
 
     def parameters(self) -> dict[str, np.ndarray]:
         """Every parameter tensor by name (a download)."""
-        return named_tensors(self._model.parameters.numpy(), self._model.registry)
+        with self._device_call():
+            return named_tensors(self._model.parameters.numpy(), self._model.registry)
 
     # ---- the step ---------------------------------------------------------------------------------------------
 
@@ -148,7 +174,7 @@ class Trainer:
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
              outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None):
         """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None."""
-        with self._lock:
+        with self._device_call():
             if stats is not None:
                 stats.reset()
             run = self._run
@@ -163,15 +189,23 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
             step = self._step + 1
             batch, packed = self.step_batch(inputs, bags is not None, step)
+            if not packed.item_of_segment.size:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
+                                 f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
             want_pooled = arena is not None and run.objective != Objective.MASKED
             losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True,
                                              want_pooled=want_pooled, media_weights=self._media_weights())
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
+            square_sum = self._model.gradient_square_sum()
+            if not np.isfinite(square_sum):
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the gradient is not finite (its sum "
+                                 f"of squares is {square_sum}); nothing was updated")
             rate = learning_rate(run.schedule, step)
-            self._model.adamw(step=step, lr=rate)
-            self._step = step
+            with applied_whole():
+                self._model.adamw(step=step, lr=rate)
+                self._step = step
             self._dropped_unread += packed.dropped
             if stats is not None:
                 stats.step, stats.learning_rate, stats.loss = step, rate, losses.total
@@ -193,7 +227,7 @@ class Trainer:
         """The step's losses without any update, plus the unit-norm pooled embeddings of every item and the
         masked-byte accuracy at covered positions (corrupted as step `corrupt_as_step` would be, by default
         the next one). Dropped items' embeddings are zero rows."""
-        with self._lock:
+        with self._device_call():
             run = self._run
             inputs = check_step_inputs(modalities, contents, relations=relations,
                                        temperature_groups=temperature_groups,
@@ -235,7 +269,7 @@ class Trainer:
         width) L2-normalised. Any number of items: they are packed a batch at a time into the run's batch
         shape, so an item's embedding is the same alone or among others, wherever it lands. An item longer
         than a row is cut to a row, as in a step."""
-        with self._lock:
+        with self._device_call():
             run = self._run
             width = run.hidden if width is None else width
             if not isinstance(width, (int, np.integer)) or not 0 < width <= run.hidden:
@@ -288,10 +322,12 @@ class Trainer:
 
     # ---- save ----------------------------------------------------------------------------------------------------
 
-    def save(self, path, /, *, progress=None, progress_steps: int = 0) -> None:
-        """Write weights, AdamW moments, temperatures, step and run to a safetensors file."""
-        with self._lock:
-            checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
+    def save(self, path, /, *, progress=None, progress_steps: int = 0) -> bool:
+        """Write weights, AdamW moments, temperatures, step and run to a safetensors file (atomically, with a
+        SHA-256 per tensor); answers True, or False when the progress callback stopped it (no file written,
+        an existing one untouched)."""
+        with self._device_call():
+            return checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
                              self._model.download_state(), step=self._step, seed=self._seed,
                              run=checkpoint.run_json(self._run), progress=progress, progress_steps=progress_steps)
 
