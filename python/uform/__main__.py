@@ -22,13 +22,13 @@ import numpy as np
 from tqdm import tqdm
 
 import uform
-from uform.executor import default_executor, executor_from
 from uform.files import write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.pairs import bag_of_bytes_embeddings, mine_standard_library_pairs, read_pairs, recall_at_1, split_pairs
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                        check_writable, checkpoint_path, link_final, newest_checkpoint, non_negative_int, parse_run_flags, plot,
-                        positive_float, positive_int, prepare_run_dir, prune_checkpoints, run_command, write_config)
+                        check_writable, checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint,
+                        non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
+                        prune_checkpoints, run_command, write_config)
 
 TRAIN_DESCRIPTION = """\
 Train a small JOINT encoder on (query, document) pairs and measure held-out retrieval.
@@ -153,10 +153,21 @@ def held_out_recall(trainer: uform.Trainer, job: Job, held_out: list) -> float:
                        trainer.encode([uform.Modality.TEXT] * len(documents), documents))
 
 
+def baseline(job: Job, held_out: list) -> tuple[tuple[str, float], str]:
+    """The recall@1 to beat, as (name, value) and as the reports write it: a bag-of-bytes embedding's for
+    text queries, chance for media."""
+    if job.query_modality == uform.Modality.TEXT:
+        value = recall_at_1(bag_of_bytes_embeddings([p.query for p in held_out]),
+                            bag_of_bytes_embeddings([p.document for p in held_out]))
+        return ("bag-of-bytes baseline", value), f"bag-of-bytes baseline {value:.3f}"
+    return ("chance", 1 / len(held_out)), f"chance {1 / len(held_out):.4f}"
+
+
 def train_parser() -> Parser:
     parser = Parser(prog="python -m uform train", description=TRAIN_DESCRIPTION)
     data = parser.add_argument_group("data")
-    data.add_argument("--pairs", type=Path, metavar="JSONL", help="a JSONL pairs file (default: the pairs --data names)")
+    data.add_argument("--pairs", type=Path, metavar="JSONL",
+                      help="a JSONL pairs file (default: the pairs --data names)")
     data.add_argument("--data", choices=("stdlib", "shapes", "sounds"), default="stdlib",
                       help="built-in pairs: text from the standard library, image or audio captions")
     data.add_argument("--examples", type=non_negative_int, default=0, metavar="N",
@@ -188,10 +199,7 @@ def train(argv: list[str]) -> int:
     job = load_job(args)
     training, held_out = split(job, args)
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
-    try:
-        executor = executor_from(args.device) if args.device else default_executor()
-    except (ValueError, RuntimeError) as error:
-        raise UsageError(f"--device: {error}") from None
+    executor = device_executor(args)
     resume_from = newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None
     columns = args.columns or (160 if job.audio else 128)
     items = 2 * args.pairs_per_step
@@ -213,21 +221,13 @@ def train(argv: list[str]) -> int:
     kind = job.query_modality.name.lower()
     print(f"{len(training)} training pairs, {len(held_out)} held out; depth {args.depth}, hidden {args.hidden}, on "
           f"{executor}; {'resuming at step ' + str(start) if resuming else 'new run'} in {run_dir}", file=sys.stderr)
-    reference = against = None  # the baseline's (name, recall@1), and as the reports write it
-    if held_out and job.query_modality == uform.Modality.TEXT:
-        reference = ("bag-of-bytes baseline", recall_at_1(bag_of_bytes_embeddings([p.query for p in held_out]),
-                                                          bag_of_bytes_embeddings([p.document for p in held_out])))
-        against = f"{reference[0]} {reference[1]:.3f}"
-    elif held_out:
-        reference = ("chance", 1 / len(held_out))
-        against = f"{reference[0]} {reference[1]:.4f}"
+    reference, against = baseline(job, held_out) if held_out else (None, None)
 
     def save(step: int) -> Path:
         path = checkpoint_path(run_dir, step, EXTENSION)
         trainer.save(path)
         prune_checkpoints(run_dir, EXTENSION, args.keep)
-        plot(metrics, run_dir / PLOT, COLUMNS[1:5], METRIC, f"{kind}→text, {run_dir.name}",
-             reference)
+        plot(metrics, run_dir / PLOT, COLUMNS[1:5], METRIC, f"{kind}→text, {run_dir.name}", reference)
         return path
 
     stats = uform.TrainerStepStats()
@@ -242,7 +242,7 @@ def train(argv: list[str]) -> int:
             tick = time.perf_counter()
             trainer.step(modalities, contents, relations=relations, temperature_groups=groups, stats=stats)
             seconds = time.perf_counter() - tick
-            evaluate = bool(held_out) and (step == args.steps or (args.eval_every and step % args.eval_every == 0))
+            evaluate = bool(held_out) and (step == args.steps or falls_on(step, args.eval_every))
             recall = held_out_recall(trainer, job, held_out) if evaluate else None
             reconstruction = stats.masked_image_loss + stats.masked_video_loss + stats.masked_audio_loss
             metrics.add(step=step, loss=stats.loss, masked_text_loss=stats.masked_text_loss,
@@ -254,7 +254,7 @@ def train(argv: list[str]) -> int:
             progress.set_postfix(loss=f"{stats.loss:.3f}", contrastive=f"{stats.contrastive_loss:.3f}")
             if recall is not None:
                 progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
-            if args.save_every and step % args.save_every == 0 and step < args.steps:
+            if falls_on(step, args.save_every) and step < args.steps:
                 progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
     progress.close()
     last = save(step)
@@ -340,7 +340,7 @@ def embed(argv: list[str]) -> int:
         except OSError as error:
             raise UsageError(f"INPUT: cannot read the media file {error.filename}: {error.strerror}") from None
     try:
-        encoder = Encoder.load(args.checkpoint, executor_from(args.device) if args.device else None)
+        encoder = Encoder.load(args.checkpoint, device_executor(args))
         embeddings = encoder.encode(modality, items, width=args.width, batch_size=args.batch_size)
     except uform.UFormError as error:
         raise UsageError(error.message) from None

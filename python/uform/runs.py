@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from .executor import Executor, default_executor, executor_from
 from .files import write_atomically
 
 CHECKPOINTS = "checkpoints"
@@ -185,17 +186,31 @@ def add_run_flags(parser: argparse.ArgumentParser, *, save_every: int, eval_ever
     """The flags every training command has: where the run goes, and how often it saves and evaluates."""
     runs = parser.add_argument_group("the run directory")
     runs.add_argument("--config", type=Path, metavar="TOML",
-                      help="read settings from a TOML file, named as the flags; flags given as well win (default: none)")
-    runs.add_argument("--run-dir", type=Path, metavar="DIR",
-                      help="where the config, metrics, plot and checkpoints go (default: runs/<command>-<time>)")
+                      help="read settings from a TOML file, named as the flags; flags given as well win "
+                           "(default: none)")
+    runs.add_argument("--run-dir", type=Path, metavar="DIR", help="where the config, metrics, plot and checkpoints "
+                                                                  "go (default: runs/<command>-<time>)")
     runs.add_argument("--resume", type=Path, metavar="RUN_DIR",
-                      help="continue the run in RUN_DIR from its newest checkpoint, with its settings (default: none, a "
-                           "new run)")
+                      help="continue the run in RUN_DIR from its newest checkpoint, with its settings "
+                           "(default: none, a new run)")
     runs.add_argument("--save-every", type=non_negative_int, default=save_every, metavar="STEPS",
                       help="write a checkpoint every STEPS steps (0: only the final one)")
     runs.add_argument("--keep", type=positive_int, default=3, metavar="N", help="step checkpoints kept")
     runs.add_argument("--eval-every", type=non_negative_int, default=eval_every, metavar="STEPS",
                       help="evaluate on the held-out data every STEPS steps, and at the end (0: only at the end)")
+
+
+def device_executor(args) -> Executor:
+    """The executor --device names, else the default one."""
+    try:
+        return executor_from(args.device) if args.device else default_executor()
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(f"--device: {error}") from None
+
+
+def falls_on(step: int, period: int) -> bool:
+    """Whether an action every `period` steps (0: never) falls on `step`."""
+    return period > 0 and step % period == 0
 
 
 # ---- the run directory -----------------------------------------------------------------------------------

@@ -22,11 +22,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..executor import default_executor, executor_from
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                    checkpoint_path, link_final, newest_checkpoint, non_negative_float, non_negative_int,
-                    parse_run_flags, plot, positive_float, positive_int, prepare_run_dir, prune_checkpoints,
-                    run_command, write_config)
+                    checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
+                    non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
+                    prune_checkpoints, run_command, write_config)
 from .config import LanguageModelConfig, parameter_registry
 from .corpus import TokenBatches
 from .trainer import LanguageModelTrainer
@@ -125,10 +124,7 @@ def train(argv: list[str]) -> int:
         args.corpus = args.corpus.resolve()  # the config names it wherever the run resumes from
     batches, held_out, name = corpus_split(args)
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
-    try:
-        executor = executor_from(args.device) if args.device else default_executor()
-    except (ValueError, RuntimeError) as error:
-        raise UsageError(f"--device: {error}") from None
+    executor = device_executor(args)
     if resuming:
         trainer = LanguageModelTrainer.from_checkpoint_binary(newest_checkpoint(run_dir, EXTENSION)[1],
                                                               executor=executor)
@@ -162,7 +158,7 @@ def train(argv: list[str]) -> int:
             loss = trainer.train_step(batches.batch(step))["loss"]
             seconds = time.perf_counter() - tick
             step += 1
-            evaluate = held_out is not None and (step == args.steps or (args.eval_every and step % args.eval_every == 0))
+            evaluate = held_out is not None and (step == args.steps or falls_on(step, args.eval_every))
             held = held_out_loss(trainer, held_out, args.eval_batches) if evaluate else None
             metrics.add(step=step, loss=loss, bits_per_byte=loss / np.log(2), learning_rate=args.learning_rate,
                         step_seconds=seconds, bytes_per_second=tokens / seconds, held_out_loss=held)
@@ -171,7 +167,7 @@ def train(argv: list[str]) -> int:
             if held is not None:
                 progress.write(f"step {step}: held-out loss {held:.3f} ({held / np.log(2):.2f} bits per byte)",
                                file=sys.stderr)
-            if args.save_every and step % args.save_every == 0 and step < args.steps:
+            if falls_on(step, args.save_every) and step < args.steps:
                 progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
     progress.close()
     last = save(step)
