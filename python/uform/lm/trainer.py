@@ -195,15 +195,14 @@ class LanguageModelTrainer:
 
         buffers, losses = self._engine_call(run)
         loss = float(np.sum(losses, dtype=np.float64) / losses.size)
-        if math.isfinite(loss):
+        problem = None if math.isfinite(loss) else f"the loss is not finite ({loss})"
+        if problem is None:
             self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
-            square_sum = self._engine_call(model.gradient_square_sum)
-        if not math.isfinite(loss) or not math.isfinite(square_sum):
+            problem = self._engine_call(model.gradient_problem)
+        if problem is not None:
             self._gradient_ready = False
             self._close_if_stateless()
-            what = f"loss is not finite ({loss})" if not math.isfinite(loss) else \
-                f"gradient is not finite (its sum of squares is {square_sum})"
-            raise refused(f"train_step: the {what}; the step was rolled back")
+            raise refused(f"train_step: {problem}; the step was rolled back")
         with applied_whole():
             self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
             self._state["step"] = step

@@ -34,6 +34,10 @@ MAX_LEARNING_RATE = 1.0
 larger one outweighs any initialised weight in one step (and past float32's range, writes inf or NaN)."""
 MIN_EPS = float(np.finfo(np.float32).tiny)
 """The smallest AdamW ε: a zero (or a subnormal a GPU flushes to zero) makes 0/0 = NaN of a zero gradient."""
+GUARD_COLUMNS = 4096
+"""The gradient check sums the flat gradient down to this many column sums (one two-stage reduction)."""
+LARGEST_SQUARABLE = float(np.sqrt(np.finfo(np.float32).max))
+"""The largest magnitude whose square float32 holds: AdamW's second moment holds the gradient squared."""
 
 
 def tensor_registry(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> list[dict]:
@@ -164,7 +168,7 @@ class ResidentState:
         self.weight_grads = self._views(self.gradients)
         self.optimizer = adamw
         self.decay_runs = decay_runs(registry, adamw.decays)
-        self._square_sum = device.empty(1)
+        self._guard_sums, self._guard = self._gradient_sums(device)
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -173,12 +177,33 @@ class ResidentState:
         """Parameters and moments, copied to the host."""
         return HostState(self.parameters.numpy(), self.m.numpy(), self.v.numpy())
 
-    def gradient_square_sum(self) -> float:
-        """Σ g² over the whole gradient (one launch, one value downloaded): not finite when a gradient value
-        is NaN or infinite, or too large for AdamW's second moment to hold its square."""
-        size = self.gradients.size
-        K.gemm(self._square_sum, self.gradients, self.gradients, 1, 1, size)
-        return float(self._square_sum.numpy()[0])
+    def _gradient_sums(self, device: Device) -> tuple[Buffer, list[tuple]]:
+        """The buffer of the gradient check's sums and its reductions: the gradient as rows of GUARD_COLUMNS,
+        and the tail of fewer values as one column; each (gradient part, rows, columns, its sums, workspace)."""
+        rows, tail = divmod(self.gradients.size, GUARD_COLUMNS)
+        parts = [(start, count, columns) for start, count, columns in
+                 ((0, rows, GUARD_COLUMNS), (rows * GUARD_COLUMNS, tail, 1)) if count]
+        sums = device.empty(sum(columns for _, _, columns in parts))
+        reductions, written = [], 0
+        for start, count, columns in parts:
+            reductions.append((self.gradients.view(start, count * columns), count, columns,
+                               sums.view(written, columns), K.column_sum_workspace(device, count, columns)))
+            written += columns
+        return sums, reductions
+
+    def gradient_problem(self) -> str | None:
+        """None for a gradient AdamW can apply, else what is wrong with it. The gradient is summed down to
+        GUARD_COLUMNS column sums on the device (plus one for a tail) and those are checked on the host: a
+        NaN or an infinity reaches its column's sum, and so does a value too large to square in float32
+        (past LARGEST_SQUARABLE), but for an exact cancellation within its column."""
+        for part, rows, columns, out, partial in self._guard:
+            K.column_sum(out, part, rows, columns, partial=partial)
+        sums = self._guard_sums.numpy()
+        if not np.all(np.isfinite(sums)):
+            return "a gradient value is not finite"
+        if np.max(np.abs(sums), initial=0.0) > LARGEST_SQUARABLE:
+            return f"a gradient value is too large to square in float32 (a column sums to {np.max(np.abs(sums))})"
+        return None
 
     def adamw(self, *, step: int, lr: float) -> None:
         """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""

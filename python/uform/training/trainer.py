@@ -198,10 +198,9 @@ class Trainer:
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
-            square_sum = self._model.gradient_square_sum()
-            if not np.isfinite(square_sum):
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the gradient is not finite (its sum "
-                                 f"of squares is {square_sum}); nothing was updated")
+            problem = self._model.gradient_problem()
+            if problem is not None:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")
             rate = learning_rate(run.schedule, step)
             with applied_whole():
                 self._model.adamw(step=step, lr=rate)
