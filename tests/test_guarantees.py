@@ -335,6 +335,11 @@ def test_errors_resume_from_bad_files_names_them(tmp_path):
     save_file({"weight": np.zeros(3, np.float32)}, str(foreign), metadata={"format": checkpoint.FORMAT})
     with pytest.raises(UFormError, match=r"the metadata lacks \['step', 'seed', 'run', 'sha256'\]"):
         encoder(resume=foreign)
+    save_file({"weight": np.zeros(3, np.float32)}, str(foreign), metadata={
+        "format": checkpoint.FORMAT, "step": "1", "seed": "5", "run": "[]", "sha256": "{}"})
+    with pytest.raises(UFormError, match="the metadata's run is not a JSON object") as caught:
+        encoder(resume=foreign)
+    assert caught.value.code == ErrorCode.CORRUPTED
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"not a checkpoint at all")
     with pytest.raises(UFormError, match="garbage.safetensors is not a safetensors file") as caught:
@@ -386,6 +391,14 @@ def test_errors_engine_failure_is_device_lost_until_a_new_start(monkeypatch, tmp
         assert caught.value.code == ErrorCode.DEVICE_LOST
     monkeypatch.undo()
     encoder_step(encoder(resume=path))
+
+
+def test_errors_bad_executor_names_are_refused():
+    for spec in ("tpu", "gpu:x", 3):
+        with pytest.raises(UFormError, match="cannot make an executor") as caught:
+            LanguageModelTrainer(np.zeros(LM_SHAPE.n_total, np.float32), data_schedule={}, shape=LM_SHAPE,
+                                 executor=spec)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT and isinstance(caught.value, ValueError)
 
 
 @pytest.mark.skipif(uform.gpu_count() > 0, reason="this machine has a GPU")

@@ -19,29 +19,35 @@ _numeric_mode = "identical"
 _default_executor: Executor | None = None
 
 
+def _refused(message: str, code: str = "INVALID_ARGUMENT", kind: str = "UFormValueError"):
+    """A refused request: a UFormError that is also the ValueError (or, with `kind`, RuntimeError) callers
+    catch. Imported here, not at the top: the training package imports this module."""
+    from .training import errors
+
+    return getattr(errors, kind)(errors.ErrorCode[code], message)
+
+
 class Executor:
     """An ordered set of devices of one kind: GPUs (``for_vram``) or the CPU (``for_ram``)."""
 
     def __init__(self, devices: Sequence[Device]):
         if not devices:
-            raise ValueError("an executor needs at least one device")
+            raise _refused("an executor needs at least one device")
         self.devices = list(devices)
 
     @classmethod
     def for_vram(cls, devices: Sequence[int] | None = None) -> Executor:
         """The GPUs of the given ordinals (default: every GPU the engine sees)."""
-        from .training.errors import ErrorCode, UFormRuntimeError  # the training package imports this module
-
         available = gpu_count()
         if available == 0:
-            raise UFormRuntimeError(ErrorCode.UNSUPPORTED, f"Executor.for_vram: no usable GPU (engine variant "
-                                    f"'{ENGINE_VARIANT}'); use Executor.for_ram() to train on the CPU")
+            raise _refused(f"Executor.for_vram: no usable GPU (engine variant '{ENGINE_VARIANT}'); use "
+                           "Executor.for_ram() to train on the CPU", "UNSUPPORTED", "UFormRuntimeError")
         ordinals = list(range(available)) if devices is None else [int(d) for d in devices]
         if len(set(ordinals)) != len(ordinals):
-            raise ValueError(f"Executor.for_vram: devices {ordinals} repeat an ordinal")
+            raise _refused(f"Executor.for_vram: devices {ordinals} repeat an ordinal")
         for ordinal in ordinals:
             if not 0 <= ordinal < available:
-                raise ValueError(f"Executor.for_vram: GPU {ordinal} does not exist; this machine has {available}")
+                raise _refused(f"Executor.for_vram: GPU {ordinal} does not exist; this machine has {available}")
         return cls([Device.gpu(ordinal) for ordinal in ordinals])
 
     @classmethod
@@ -71,7 +77,7 @@ def executor_from(spec) -> Executor:
             return Executor.for_vram([0])
         if name.startswith("gpu:") and name[4:].isdigit():
             return Executor.for_vram([int(name[4:])])
-    raise ValueError(f"cannot make an executor from {spec!r}: pass an Executor, a Device, 'cpu' or 'gpu:N'")
+    raise _refused(f"cannot make an executor from {spec!r}: pass an Executor, a Device, 'cpu' or 'gpu:N'")
 
 
 def default_executor() -> Executor:
@@ -96,4 +102,4 @@ def numeric_mode() -> str:
 
 def set_numeric_mode(mode: str) -> None:
     if mode not in NUMERIC_MODES:
-        raise ValueError(f"numeric mode {mode!r} is not available; this build offers {list(NUMERIC_MODES)}")
+        raise _refused(f"numeric mode {mode!r} is not available; this build offers {list(NUMERIC_MODES)}")

@@ -113,6 +113,8 @@ class Checkpoint:
                              "run": json.loads(metadata["run"]), "sha256": json.loads(metadata["sha256"])}
         except ValueError as error:
             raise self.error(ErrorCode.CORRUPTED, f"unreadable metadata: {error}") from None
+        if not isinstance(self.metadata["run"], dict):
+            raise self.error(ErrorCode.CORRUPTED, "the metadata's run is not a JSON object")
         if not isinstance(self.metadata["sha256"], dict) or set(self.metadata["sha256"]) != set(file.keys()):
             raise self.error(ErrorCode.CORRUPTED, "the metadata's sha256 does not list every tensor")
         if not 0 <= self.metadata["step"] <= MAX_STEPS:
