@@ -356,8 +356,11 @@ def plot(metrics: Metrics, path: Path, losses: list[str], held_out: str | None, 
     if points:
         other = axes.twinx()
         other.plot(*zip(*points), "o-", color="black", label=held_out.replace("_", " "))
+        highest = max(value for _, value in points)
         if reference is not None:
             other.axhline(reference[1], color="gray", linestyle="--", label=reference[0])
+            highest = max(highest, reference[1])
+        other.set_ylim(0, 1.35 * highest or 1)  # room above the lines for the legends
         other.set_ylabel(held_out.replace("_", " "))
         other.legend(loc="upper right")
     image = io.BytesIO()

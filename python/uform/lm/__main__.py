@@ -86,7 +86,7 @@ def parser() -> Parser:
     parser.add_argument("--learning-rate", type=positive_float, default=3e-3, metavar="LR", help="AdamW's rate")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, batch order, sampling")
     parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
-    parser.add_argument("--prompt", default="def ", help="the text the sample continues")
+    parser.add_argument("--prompt", default="def ", help="the text the sample continues (default: %(default)r)")
     parser.add_argument("--sample-bytes", type=non_negative_int, default=120, metavar="N", help="bytes sampled")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8,
                         help="sampling temperature (0: greedy)")
