@@ -79,7 +79,7 @@ def test_embed_a_jsonl_file(trained, capsys):
     assert np.array_equal(np.load(trained / "items.npy"), expected)
 
     status, _, err = command(uform_main, ["embed", str(trained / "pairs.jsonl"), str(items)], capsys)
-    assert status == 2 and err.count("\n") == 1 and "pairs.jsonl: not a uform checkpoint" in err
+    assert status == 2 and err.count("\n") == 1 and "pairs.jsonl is not a safetensors file" in err
     status, _, err = command(uform_main, ["embed", str(trained / "run" / "model.safetensors"),
                                           str(trained / "pairs.jsonl"), "--device", "cpu"], capsys)
     assert status == 2 and "pairs.jsonl:1: no 'text' key (name the item's key with --field)" in err

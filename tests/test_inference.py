@@ -28,19 +28,19 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
 
 
-@pytest.mark.parametrize("content", [b"not a checkpoint", None])
-def test_a_file_that_is_not_a_checkpoint_is_refused_naming_it(tmp_path, content):
+@pytest.mark.parametrize("content,problem", [(b"not a checkpoint", "is not a safetensors file"),
+                                             (None, "no checkpoint at")])
+def test_a_file_that_is_not_a_checkpoint_is_refused_naming_it(tmp_path, content, problem):
     path = tmp_path / "weights.bin"
     if content is not None:
         path.write_bytes(content)
-    with pytest.raises(uform.UFormError, match="weights.bin") as refused:
+    with pytest.raises(uform.UFormError, match=f"{problem} .*weights.bin|weights.bin {problem}"):
         uform.Encoder.load(path, executor="cpu")
-    assert refused.value.code == uform.ErrorCode.INVALID_ARGUMENT
 
 
 def test_a_safetensors_file_of_another_program_is_refused(tmp_path):
     from safetensors.numpy import save_file
 
     save_file({"w": np.zeros(3, np.float32)}, tmp_path / "other.safetensors")
-    with pytest.raises(uform.UFormError, match="other.safetensors: not a uform checkpoint"):
+    with pytest.raises(uform.UFormError, match="other.safetensors: not a uform.trainer/2 checkpoint"):
         uform.Encoder.load(tmp_path / "other.safetensors", executor="cpu")

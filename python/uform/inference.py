@@ -15,12 +15,10 @@ so an encoder answers pooled embeddings only.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 
 import numpy as np
-from safetensors import safe_open
 
 from .executor import Executor, default_executor, executor_from
 from .training import checkpoint
@@ -35,21 +33,10 @@ DEFAULT_BATCH_SIZE = 4096
 
 
 def checkpoint_metadata(path) -> dict:
-    """The metadata of a Trainer checkpoint: ``step`` and ``seed`` (ints) and ``run`` (the run as a dict).
-    Anything that is not such a checkpoint is refused with INVALID_ARGUMENT naming the file."""
-    name = os.fsdecode(path)
-    try:
-        with safe_open(name, framework="numpy") as file:
-            metadata = file.metadata() or {}
-    except FileNotFoundError:
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: no such file") from None
-    except Exception as error:  # safetensors raises its own error types for a file it cannot parse
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: not a uform checkpoint (not a safetensors "
-                                                     f"file: {error})") from None
-    if metadata.get("format") != checkpoint.FORMAT:
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: not a uform checkpoint (format "
-                                                     f"{metadata.get('format')!r}, expected {checkpoint.FORMAT!r})")
-    return {"step": int(metadata["step"]), "seed": int(metadata["seed"]), "run": json.loads(metadata["run"])}
+    """The checked metadata of a Trainer checkpoint: ``step`` and ``seed`` (ints) and ``run`` (the run as a
+    dict). Anything else is refused with a UFormError naming the file."""
+    with checkpoint.opened(path, "Encoder.load") as saved:
+        return saved.metadata
 
 
 def run_settings(run: dict) -> dict:
