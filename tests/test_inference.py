@@ -27,6 +27,11 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     assert np.array_equal(prefix, trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64))
     assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
 
+    crowd = [f"item number {i} of the crowd" for i in range(100)]
+    alone = encoder.encode(uform.Modality.TEXT, TEXTS[1:2])
+    among = encoder.encode(uform.Modality.TEXT, crowd[:37] + TEXTS[1:2] + crowd[37:], batch_size=16)
+    assert np.array_equal(among[37:38], alone)
+
 
 @pytest.mark.parametrize("content,problem", [(b"not a checkpoint", "is not a safetensors file"),
                                              (None, "no checkpoint at")])
