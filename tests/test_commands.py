@@ -216,3 +216,12 @@ def test_language_model_demo_writes_a_run_and_resumes(tmp_path, capsys):
     assert status == 2 and "--steps: the run in" in err and "already took 2 steps" in err
     status, out, _ = command(lm_main, ["--resume", str(run), "--steps", "3", "--temperature", "0"], capsys)
     assert status == 0 and "trained steps 3–3" in out and "sample at temperature 0.0" in out
+
+
+def test_language_model_demo_refuses_a_corpus_too_short_for_its_windows(tmp_path, capsys):
+    (tmp_path / "short.txt").write_text("x" * 100)
+    status, _, err = command(lm_main, ["--corpus", str(tmp_path / "short.txt"), "--run-dir", str(tmp_path / "lm")],
+                             capsys)
+    assert status == 2 and not (tmp_path / "lm").exists()
+    assert err == ("python -m uform.lm: error: --corpus: short.txt has 100 bytes, 90 for training and 10 held out; "
+                   "each part needs a window of 65 bytes (a longer corpus, or --held-out-fraction 0)\n")

@@ -186,8 +186,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *, save_every: int, eval_ever
     """The flags every training command has: where the run goes, and how often it saves and evaluates."""
     runs = parser.add_argument_group("the run directory")
     runs.add_argument("--config", type=Path, metavar="TOML",
-                      help="read settings from a TOML file, named as the flags; flags given as well win "
-                           "(default: none)")
+                      help="read settings from a TOML file, named as the flags (paths relative to the working "
+                           "directory); flags given as well win (default: none)")
     runs.add_argument("--run-dir", type=Path, metavar="DIR", help="where the config, metrics, plot and checkpoints "
                                                                   "go (default: runs/<command>-<time>)")
     runs.add_argument("--resume", type=Path, metavar="RUN_DIR",
@@ -262,7 +262,8 @@ def step_checkpoints(run_dir: Path, extension: str) -> list[tuple[int, Path]]:
 def newest_checkpoint(run_dir: Path, extension: str) -> tuple[int, Path]:
     found = step_checkpoints(run_dir, extension)
     if not found:
-        raise UsageError(f"--resume: {run_dir / CHECKPOINTS} holds no checkpoint yet; start the run afresh")
+        raise UsageError(f"--resume: {run_dir / CHECKPOINTS} holds no checkpoint yet (the run stopped before saving "
+                         "one); start it afresh with another --run-dir")
     return found[-1]
 
 
