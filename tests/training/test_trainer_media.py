@@ -173,3 +173,18 @@ def test_encode_embeds_each_item_alone_whatever_else_is_in_the_call(files):
     assert np.allclose(prefix, expected, atol=1e-6)
     with pytest.raises(uform.UFormError, match="width"):
         trainer.encode(modalities[:1], contents[:1], width=129)
+
+
+def test_deferred_steps_decode_ahead_and_end_as_blocking_steps_do(files):
+    modalities, contents, relations = mixed_items(files)
+    blocking, deferred = media_trainer(), media_trainer()
+    for _ in range(3):
+        blocking.step(modalities, contents, relations=relations)
+    receiver = deferred.deferred(deferred._executor)
+    pending = deferred._decode_ahead(modalities, contents)
+    assert sorted(pending.result()) == [i for i, m in enumerate(modalities) if m != M.TEXT]
+    calls = [receiver.step(modalities, contents, relations=relations) for _ in range(3)]
+    for call in calls:
+        call.result()
+    assert np.array_equal(blocking.model.parameters.numpy().view(np.uint32),
+                          deferred.model.parameters.numpy().view(np.uint32))

@@ -10,7 +10,9 @@ final hidden state. Rotary positions have three axes (time, row, column): an ima
 (0, row, column), a video tube at (time, row, column), an audio frame at (f, f, f) and a text byte
 at (p, p, p), which rotates exactly as one-axis positions do.
 
-:func:`prepare_items` decodes and cuts a step's media items on a :class:`uform.media.DecodePool`;
+:func:`prepare_items` decodes and cuts a step's media items on a :class:`uform.media.DecodePool`
+(:func:`submit_items` starts that and answers at once, so a step's decoding can run while the
+device works on the step before it);
 :func:`place_media` runs after packing: it draws each item's mask (keyed by seed, step and item,
 ``uform.media.mask_patches``), writes the token ids of the packed grid, and gathers the rows the
 model reads into a :class:`MediaBatch`.
@@ -25,7 +27,7 @@ import numpy as np
 
 from ..media import mask_patches, prepare_image, prepare_video
 from ..media.audio import prepare_audio
-from ..media.pool import DecodePool
+from ..media.pool import DecodeJob, DecodePool
 from .config import BatchShape, Masking
 from .enums import Modality
 from .packing import Packed
@@ -105,17 +107,33 @@ def prepare_item(modality: int, content, item: int, *, batch: BatchShape) -> Med
     return MediaItem(patches.inputs, patches.targets, positions.astype(np.int32), bool(patches.truncated))
 
 
-def prepare_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool: DecodePool) -> dict[int, MediaItem]:
-    """Every media item of a step prepared on the pool, by item index; the first refusal raises."""
+@dataclass
+class PendingMedia:
+    """A step's media items being prepared on the decode pool."""
+
+    items: list[int]
+    job: DecodeJob | None
+
+    def result(self) -> dict[int, MediaItem]:
+        """Every media item prepared, by item index; the first refusal (in item order) raises."""
+        return dict(zip(self.items, self.job.result())) if self.job is not None else {}
+
+
+def submit_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool: DecodePool) -> PendingMedia:
+    """Start preparing every media item of a step on the pool; answers at once."""
     items = [int(i) for i in np.flatnonzero(modalities != Modality.TEXT)]
     if not items:
-        return {}
+        return PendingMedia([], None)
 
     def prepare(content, item):
         return prepare_item(int(modalities[item]), content, item, batch=batch)
 
-    prepared = pool.map(prepare, [contents[i] for i in items], items)
-    return dict(zip(items, prepared))
+    return PendingMedia(items, pool.submit(prepare, [contents[i] for i in items], items))
+
+
+def prepare_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool: DecodePool) -> dict[int, MediaItem]:
+    """Every media item of a step prepared on the pool, by item index; the first refusal raises."""
+    return submit_items(modalities, contents, batch, pool).result()
 
 
 def media_tokens(item: MediaItem, kind: MediaKind) -> np.ndarray:

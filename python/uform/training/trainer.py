@@ -39,12 +39,14 @@ from .enums import Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
 from ..media.pool import DecodePool
-from .media_step import KIND_OF, MEDIA_KINDS, POSITION_AXES, media_geometry, media_tokens, place_media, prepare_items
+from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, media_geometry, media_tokens, place_media,
+                         submit_items)
 from .packing import pack_items
 from .relations import Relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_step_inputs
+from .tapes import entries
 from .vocabulary import IGNORED_TARGET
 
 
@@ -170,10 +172,28 @@ class Trainer:
 
     # ---- the step ---------------------------------------------------------------------------------------------
 
-    def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
-             choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
-             outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None):
-        """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None."""
+    def step(self, modalities, contents, /, **options):
+        """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
+        Options: bags, temperature_groups, sides, choices, choice_targets, relations, arena,
+        outputs_scalar, stats (the seeds' step)."""
+        return self._run_step(None, modalities, contents, **options)
+
+    def _decode_ahead(self, modalities, contents) -> PendingMedia | None:
+        """Start preparing a step's media items on the decode pool now, before the step runs (None when the
+        inputs do not read as items: the step itself then refuses them)."""
+        try:
+            items = entries("contents", contents)
+            kinds = np.asarray(modalities, dtype=np.int64).reshape(-1)
+        except (UFormError, TypeError, ValueError):
+            return None
+        if kinds.size != len(items) or not np.all(np.isin(kinds, list(self._modalities_enabled()))):
+            return None
+        return submit_items(kinds, items, self._run.batch, self._decode_pool())
+
+    def _run_step(self, decoded: PendingMedia | None, modalities, contents, /, *, bags=None, temperature_groups=None,
+              sides=None, choices=None, choice_targets=None, relations: Relations | None = None,
+              arena: Arena | None = None, outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None):
+        """The step, its media items prepared already (`decoded`) or here."""
         with self._device_call():
             if stats is not None:
                 stats.reset()
@@ -188,7 +208,7 @@ class Trainer:
             if arena is not None and not isinstance(arena, Arena):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
             step = self._step + 1
-            batch, packed = self.step_batch(inputs, bags is not None, step)
+            batch, packed = self.step_batch(inputs, bags is not None, step, decoded=decoded)
             if not packed.item_of_segment.size:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
@@ -283,12 +303,15 @@ class Trainer:
                 pending = pending[packed.segment_of_item < 0]
             return embeddings
 
-    def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True):
-        """Decode media, pack, corrupt (unless not `corrupted`) and resolve one step's items on the host:
-        (StepBatch, Packed)."""
+    def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
+                   decoded: PendingMedia | None = None):
+        """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
+        one step's items on the host: (StepBatch, Packed)."""
         run = self._run
         shape = run.batch
-        media_items = prepare_items(inputs.modalities, inputs.contents, shape, self._decode_pool())
+        if decoded is None:
+            decoded = submit_items(inputs.modalities, inputs.contents, shape, self._decode_pool())
+        media_items = decoded.result()
         contents = [media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
                     if i in media_items else content for i, content in enumerate(inputs.contents)]
         packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
@@ -393,8 +416,10 @@ class DeferredOn:
     def __init__(self, trainer: Trainer, worker: ThreadPoolExecutor):
         self._trainer, self._worker = trainer, worker
 
-    def step(self, *args, **kwargs) -> Deferred:
-        return Deferred(self._worker.submit(self._trainer.step, *args, **kwargs))
+    def step(self, modalities, contents, /, **options) -> Deferred:
+        """Submits the step; its media items start decoding at once, while earlier steps still run."""
+        decoded = self._trainer._decode_ahead(modalities, contents)
+        return Deferred(self._worker.submit(self._trainer._run_step, decoded, modalities, contents, **options))
 
     def save(self, *args, **kwargs) -> Deferred:
         return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))
