@@ -106,7 +106,7 @@ def test_ten_pairs_with_default_flags_are_refused_saying_what_to_change(tmp_path
     assert status == 2 and not (tmp_path / "run").exists()
     assert err.splitlines() == [
         "--held-out 500: holding out 5, half of the 10 pairs",
-        "python -m uform train: error: --pairs-per-step: a step draws 32 distinct pairs but only 5 of the 10 are left "
+        "python -m uform train: error: --pairs-per-step: a step draws 128 distinct pairs but only 5 of the 10 are left "
         "for training (5 held out); pass --pairs-per-step 5 or fewer, or more pairs"]
 
 

@@ -175,13 +175,13 @@ def train_parser() -> Parser:
     data.add_argument("--held-out", type=non_negative_int, default=500, metavar="N",
                       help="pairs kept out of training for recall@1, at most half of them (0: no evaluation)")
     model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--depth", type=positive_int, default=2, help="transformer blocks")
-    model.add_argument("--hidden", type=positive_int, default=128, help="width, a multiple of 128")
+    model.add_argument("--depth", type=positive_int, default=4, help="transformer blocks")
+    model.add_argument("--hidden", type=positive_int, default=256, help="width, a multiple of 128")
     model.add_argument("--columns", type=non_negative_int, default=0,
                        help="positions per packed row, longer items are cut (0: 128, or 160 for sounds)")
-    model.add_argument("--steps", type=positive_int, default=300, help="optimizer steps of the whole run")
-    model.add_argument("--pairs-per-step", type=positive_int, default=32, metavar="N", help="pairs each step draws")
-    model.add_argument("--learning-rate", type=positive_float, default=2e-3, metavar="LR",
+    model.add_argument("--steps", type=positive_int, default=4000, help="optimizer steps of the whole run")
+    model.add_argument("--pairs-per-step", type=positive_int, default=128, metavar="N", help="pairs each step draws")
+    model.add_argument("--learning-rate", type=positive_float, default=1e-3, metavar="LR",
                        help="peak learning rate (warmup, then cosine)")
     model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
     model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
