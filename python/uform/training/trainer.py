@@ -172,12 +172,6 @@ class Trainer:
 
     # ---- the step ---------------------------------------------------------------------------------------------
 
-    def step(self, modalities, contents, /, **options):
-        """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
-        Options: bags, temperature_groups, sides, choices, choice_targets, relations, arena,
-        outputs_scalar, stats (the seeds' step)."""
-        return self._run_step(None, modalities, contents, **options)
-
     def _decode_ahead(self, modalities, contents) -> PendingMedia | None:
         """Start preparing a step's media items on the decode pool now, before the step runs (None when the
         inputs do not read as items: the step itself then refuses them)."""
@@ -190,10 +184,12 @@ class Trainer:
             return None
         return submit_items(kinds, items, self._run.batch, self._decode_pool())
 
-    def _run_step(self, decoded: PendingMedia | None, modalities, contents, /, *, bags=None, temperature_groups=None,
-              sides=None, choices=None, choice_targets=None, relations: Relations | None = None,
-              arena: Arena | None = None, outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None):
-        """The step, its media items prepared already (`decoded`) or here."""
+    def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
+             choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
+             outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None,
+             _decoded: PendingMedia | None = None):
+        """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
+        (`_decoded`: the media items prepared ahead by the deferred receiver.)"""
         with self._device_call():
             if stats is not None:
                 stats.reset()
@@ -208,7 +204,7 @@ class Trainer:
             if arena is not None and not isinstance(arena, Arena):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
             step = self._step + 1
-            batch, packed = self.step_batch(inputs, bags is not None, step, decoded=decoded)
+            batch, packed = self.step_batch(inputs, bags is not None, step, decoded=_decoded)
             if not packed.item_of_segment.size:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
@@ -419,7 +415,7 @@ class DeferredOn:
     def step(self, modalities, contents, /, **options) -> Deferred:
         """Submits the step; its media items start decoding at once, while earlier steps still run."""
         decoded = self._trainer._decode_ahead(modalities, contents)
-        return Deferred(self._worker.submit(self._trainer._run_step, decoded, modalities, contents, **options))
+        return Deferred(self._worker.submit(self._trainer.step, modalities, contents, _decoded=decoded, **options))
 
     def save(self, *args, **kwargs) -> Deferred:
         return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))
