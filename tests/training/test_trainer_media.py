@@ -181,10 +181,35 @@ def test_deferred_steps_decode_ahead_and_end_as_blocking_steps_do(files):
     for _ in range(3):
         blocking.step(modalities, contents, relations=relations)
     receiver = deferred.deferred(deferred._executor)
-    pending = deferred._decode_ahead(modalities, contents)
+    _, _, pending = deferred._decode_ahead(modalities, contents)
     assert sorted(pending.result()) == [i for i, m in enumerate(modalities) if m != M.TEXT]
     calls = [receiver.step(modalities, contents, relations=relations) for _ in range(3)]
     for call in calls:
         call.result()
     assert np.array_equal(blocking.model.parameters.numpy().view(np.uint32),
                           deferred.model.parameters.numpy().view(np.uint32))
+
+
+def test_deferred_steps_read_their_inputs_once_and_refuse_what_a_blocking_step_refuses(files):
+    modalities, contents, relations = mixed_items(files)
+    blocking, deferred = media_trainer(), media_trainer()
+    blocking.step(modalities, contents, relations=relations)
+    receiver = deferred.deferred(deferred._executor)
+    receiver.step(iter(modalities), (c for c in contents), relations=relations).result()  # one-shot iterables
+    assert np.array_equal(blocking.model.parameters.numpy(), deferred.model.parameters.numpy())
+    with pytest.raises(uform.UFormError, match="modalities"):
+        receiver.step([2**70], ["a caption"]).result()
+    deferred.close()
+
+
+def test_encode_decodes_each_media_item_once(files, monkeypatch):
+    from uform.training import media_step
+
+    calls = []
+    prepare = media_step.prepare_item
+    monkeypatch.setattr(media_step, "prepare_item", lambda *a, **k: calls.append(a[2]) or prepare(*a, **k))
+    trainer = media_trainer(max_rows_per_device=1, max_segments_per_device=2)
+    images = [files["png"], files["jpeg"], files["webp"]] * 4
+    embeddings = trainer.encode([M.IMAGE] * len(images), images)  # a row holds two images: six batches
+    assert sorted(calls) == list(range(len(images)))
+    assert np.array_equal(embeddings[0], embeddings[3]) and np.array_equal(embeddings[1], embeddings[10])

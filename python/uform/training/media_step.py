@@ -119,6 +119,16 @@ class PendingMedia:
         return dict(zip(self.items, self.job.result())) if self.job is not None else {}
 
 
+@dataclass
+class PreparedMedia:
+    """A step's media items prepared already, by item index."""
+
+    items: dict[int, MediaItem]
+
+    def result(self) -> dict[int, MediaItem]:
+        return self.items
+
+
 def submit_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool: DecodePool) -> PendingMedia:
     """Start preparing every media item of a step on the pool; answers at once."""
     items = [int(i) for i in np.flatnonzero(modalities != Modality.TEXT)]

@@ -1,4 +1,4 @@
-"""``uform.Trainer``: the multimodal training API of the seeds, for text items, on one device.
+"""``uform.Trainer``: the multimodal training API of the seeds, on one device.
 
     trainer = uform.Trainer.init_vram(executor, depth=2, hidden=128, objective=uform.Objective.JOINT,
                                       batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=256),
@@ -6,16 +6,18 @@
     trainer.step([uform.Modality.TEXT] * 4, texts, relations=uform.Relations(attract=(offsets, ids)), stats=stats)
     trainer.save("checkpoint.safetensors")
 
-A step checks every argument before anything runs (a refused step changes nothing), packs the
-items into the batch's rows, corrupts them for the masked objective (draws keyed by seed, step
-and item), resolves the relations into pair targets, and runs forward, losses, backward and
+A step checks every argument before anything runs (a refused step changes nothing), decodes its
+media items on the trainer's thread pool (``uform.training.media_step``), packs the items into the
+batch's rows, corrupts them for the masked objectives (draws keyed by seed, step and item),
+resolves the relations into pair targets, and runs forward, losses, backward and
 AdamW on the device (``uform.training.encoder``). A step with no item to train on (none given, or
 all dropped by packing), or whose loss or gradient is not finite, is refused before the update;
 the update and the step count are applied whole even under Ctrl-C. Every public method holds the
 trainer's lock, so calls from several threads run one at a time (``docs/guarantees.md``). ``trainer.on(executor)`` answers a receiver
 whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
 Not yet supported, each refused with ``UNSUPPORTED`` naming what: a mesh (several processes),
-several devices per executor, media items, late interaction and choices with a positive weight.
+several devices per executor, late interaction and choices with a positive weight. ``close()``
+stops the trainer's threads.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from .enums import Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
 from ..media.pool import DecodePool
-from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, media_geometry, media_tokens, place_media,
-                         submit_items)
+from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, PreparedMedia, media_geometry,
+                         media_tokens, place_media, submit_items)
 from .packing import pack_items
 from .relations import Relations, pair_targets
 from .schedule import learning_rate
@@ -48,6 +50,10 @@ from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_step_inputs
 from .tapes import entries
 from .vocabulary import IGNORED_TARGET
+
+
+DECODE_AHEAD = 2
+"""Deferred steps whose media items decode before they run, at most: a bound on the decoded items held."""
 
 
 class Trainer:
@@ -63,7 +69,8 @@ class Trainer:
         self._lock = threading.Lock()
         self._lost = False
         self._worker: ThreadPoolExecutor | None = None
-        self._pool: DecodePool | None = None  # decodes a step's media items on threads
+        self._pool = DecodePool()  # decodes a step's media items on threads
+        self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
 
     # ---- creation ------------------------------------------------------------------------------------
 
@@ -172,17 +179,20 @@ class Trainer:
 
     # ---- the step ---------------------------------------------------------------------------------------------
 
-    def _decode_ahead(self, modalities, contents) -> PendingMedia | None:
-        """Start preparing a step's media items on the decode pool now, before the step runs (None when the
-        inputs do not read as items: the step itself then refuses them)."""
+    def _decode_ahead(self, modalities, contents) -> tuple:
+        """(modalities, contents, pending): a deferred step's inputs read once, as the step will take them
+        (so a generator is not used up, nor a list refilled meanwhile), with its media items' preparation
+        started on the pool; the inputs as given and None when they do not read as items (the step itself
+        then refuses them)."""
         try:
             items = entries("contents", contents)
+            modalities = modalities if isinstance(modalities, np.ndarray) else list(modalities)
             kinds = np.asarray(modalities, dtype=np.int64).reshape(-1)
-        except (UFormError, TypeError, ValueError):
-            return None
+        except Exception:
+            return modalities, contents, None
         if kinds.size != len(items) or not np.all(np.isin(kinds, list(self._modalities_enabled()))):
-            return None
-        return submit_items(kinds, items, self._run.batch, self._decode_pool())
+            return modalities, items, None
+        return kinds, items, submit_items(kinds, items, self._run.batch, self._pool)
 
     def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
@@ -273,10 +283,13 @@ class Trainer:
     def _media_weights(self) -> dict[str, float]:
         return {kind.name: kind.weight(self._run.masking) for kind in MEDIA_KINDS}
 
-    def _decode_pool(self) -> DecodePool:
-        if self._pool is None:
-            self._pool = DecodePool()
-        return self._pool
+    def close(self) -> None:
+        """Stop the trainer's threads: the deferred receivers' worker (after the calls it holds) and the
+        decode pool. The trainer takes no call after it."""
+        with self._lock:
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+            self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
         """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
@@ -292,21 +305,23 @@ class Trainer:
                                                              f"got {width!r}")
             inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
             embeddings = np.zeros((len(inputs.contents), width), np.float32)
+            prepared = submit_items(inputs.modalities, inputs.contents, run.batch, self._pool).result()
             pending = np.arange(len(inputs.contents))
             while pending.size:
-                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False)
+                ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(pending) if int(item) in prepared})
+                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, decoded=ready)
                 embeddings[pending[packed.item_of_segment]] = self._model.embeddings(batch, int(width))
                 pending = pending[packed.segment_of_item < 0]
             return embeddings
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
-                   decoded: PendingMedia | None = None):
+                   decoded: PendingMedia | PreparedMedia | None = None):
         """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
         one step's items on the host: (StepBatch, Packed)."""
         run = self._run
         shape = run.batch
         if decoded is None:
-            decoded = submit_items(inputs.modalities, inputs.contents, shape, self._decode_pool())
+            decoded = submit_items(inputs.modalities, inputs.contents, shape, self._pool)
         media_items = decoded.result()
         contents = [media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
                     if i in media_items else content for i, content in enumerate(inputs.contents)]
@@ -413,9 +428,20 @@ class DeferredOn:
         self._trainer, self._worker = trainer, worker
 
     def step(self, modalities, contents, /, **options) -> Deferred:
-        """Submits the step; its media items start decoding at once, while earlier steps still run."""
-        decoded = self._trainer._decode_ahead(modalities, contents)
-        return Deferred(self._worker.submit(self._trainer.step, modalities, contents, _decoded=decoded, **options))
+        """Submits the step. Its media items start decoding at once, while earlier steps still run, when
+        fewer than DECODE_AHEAD submitted steps are decoding early; otherwise when the step runs."""
+        trainer = self._trainer
+        if not trainer._decoding_ahead.acquire(blocking=False):
+            return Deferred(self._worker.submit(trainer.step, modalities, contents, **options))
+        modalities, contents, decoded = trainer._decode_ahead(modalities, contents)
+
+        def run():
+            try:
+                return trainer.step(modalities, contents, _decoded=decoded, **options)
+            finally:
+                trainer._decoding_ahead.release()
+
+        return Deferred(self._worker.submit(run))
 
     def save(self, *args, **kwargs) -> Deferred:
         return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))
