@@ -33,6 +33,28 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     assert np.array_equal(among[37:38], alone)
 
 
+def test_a_loaded_encoder_keeps_the_parameters_alone_and_refuses_to_train(tmp_path):
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_ram(), depth=1, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=48),
+        schedule=uform.Schedule(steps=10), seed=7)
+    trainer.save(tmp_path / "model.safetensors")
+    replica = uform.Trainer.init_vram(
+        uform.Executor.for_ram(), resume=tmp_path / "model.safetensors", depth=1, hidden=128,
+        objective=uform.Objective.JOINT, seed=7, training=False,
+        batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=48),
+        schedule=uform.Schedule(steps=10))
+    model = replica.model
+    assert not model.training and not hasattr(model, "m") and not hasattr(model, "gradients")
+    assert np.array_equal(replica.encode([uform.Modality.TEXT] * 2, TEXTS[:2]),
+                          trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2]))
+    for verb, call in (("step", lambda: replica.step([uform.Modality.TEXT], ["a"])),
+                       ("save", lambda: replica.save(tmp_path / "again.safetensors"))):
+        with pytest.raises(uform.UFormError, match=f"{verb}: this replica was made with training=False") as error:
+            call()
+        assert error.value.code == uform.ErrorCode.UNSUPPORTED
+
+
 @pytest.mark.parametrize("content,problem", [(b"not a checkpoint", "is not a safetensors file"),
                                              (None, "no checkpoint at")])
 def test_a_file_that_is_not_a_checkpoint_is_refused_naming_it(tmp_path, content, problem):

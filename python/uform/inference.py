@@ -67,7 +67,8 @@ class Encoder:
         'gpu:N'; default: ``uform.default_executor()``)."""
         metadata = checkpoint_metadata(path)
         executor = default_executor() if executor is None else executor_from(executor)
-        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], **run_settings(metadata["run"]))
+        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], training=False,
+                                    **run_settings(metadata["run"]))
         return cls(trainer, os.fsdecode(path))
 
     @property

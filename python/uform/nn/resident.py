@@ -157,18 +157,23 @@ class ResidentState:
     ``weight_grads[name]`` view one tensor of the parameters and of the gradient. A model's backward
     overwrites the gradient; ``adamw`` then updates parameters and moments in place."""
 
-    def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW):
+    def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW, *,
+                 training: bool = True):
+        """training=False keeps the parameters alone on the device (no gradient, no moments): a state
+        that only runs forward passes, in a third of the memory."""
         self.device = device
         self.registry = registry
+        self.training = training
         self.parameters = device.put(state.parameters)
-        self.gradients = device.zeros(state.parameters.size)
-        self.m = device.put(state.m)
-        self.v = device.put(state.v)
         self.weights = self._views(self.parameters)
-        self.weight_grads = self._views(self.gradients)
         self.optimizer = adamw
         self.decay_runs = decay_runs(registry, adamw.decays)
-        self._guard_sums, self._guard = self._gradient_sums(device)
+        if training:
+            self.gradients = device.zeros(state.parameters.size)
+            self.m = device.put(state.m)
+            self.v = device.put(state.v)
+            self.weight_grads = self._views(self.gradients)
+            self._guard_sums, self._guard = self._gradient_sums(device)
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}

@@ -79,8 +79,12 @@ class Trainer:
                   batch: BatchShape | None = None, objective: Objective = Objective.MASKED,
                   masking: Masking | None = None, contrastive: Contrastive | None = None,
                   late_interaction: LateInteraction | None = None, choices: Choices | None = None,
-                  schedule: Schedule | None = None, seed: int = 0, progress=None, progress_steps: int = 0) -> Trainer:
-        """Build the replica on the executor's device and start, or resume from `resume`, the run."""
+                  schedule: Schedule | None = None, seed: int = 0, progress=None, progress_steps: int = 0,
+                  training: bool = True) -> Trainer:
+        """Build the replica on the executor's device and start, or resume from `resume`, the run.
+        training=False keeps the parameters alone on the device (no gradient, no AdamW moments, a third
+        of the memory): a replica that only embeds (``encode``, ``uform.Encoder``); it refuses step and
+        save."""
         if not isinstance(executor, Executor):
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
                                                          f"{type(executor).__name__}")
@@ -113,7 +117,7 @@ class Trainer:
                                                           contrastive_run.bias))
             step = 0
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
-        model = EncoderModel(executor.devices[0], geometry, state, widths)
+        model = EncoderModel(executor.devices[0], geometry, state, widths, training=training)
         return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
 
     @contextlib.contextmanager
@@ -200,6 +204,7 @@ class Trainer:
              _decoded: PendingMedia | None = None):
         """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
         (`_decoded`: the media items prepared ahead by the deferred receiver.)"""
+        self._require_training("step")
         with self._device_call():
             if stats is not None:
                 stats.reset()
@@ -283,6 +288,11 @@ class Trainer:
     def _media_weights(self) -> dict[str, float]:
         return {kind.name: kind.weight(self._run.masking) for kind in MEDIA_KINDS}
 
+    def _require_training(self, verb: str) -> None:
+        if not self._model.training:
+            raise UFormError(ErrorCode.UNSUPPORTED, f"{verb}: this replica was made with training=False (parameters "
+                                                    "alone, for embedding); make it with training=True to train")
+
     def close(self) -> None:
         """Stop the trainer's threads: the deferred receivers' worker (after the calls it holds) and the
         decode pool. The trainer takes no call after it."""
@@ -359,6 +369,7 @@ class Trainer:
         """Write weights, AdamW moments, temperatures, step and run to a safetensors file (atomically, with a
         SHA-256 per tensor); answers True, or False when the progress callback stopped it (no file written,
         an existing one untouched)."""
+        self._require_training("save")
         with self._device_call():
             return checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
                              self._model.download_state(), step=self._step, seed=self._seed,
