@@ -28,7 +28,7 @@ from uform.pairs import bag_of_bytes_embeddings, mine_standard_library_pairs, re
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                         check_writable, checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint,
                         non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                        prune_checkpoints, run_command, write_config)
+                        prune_checkpoints, run_command, write_config, save_when_due, close_run, stopped_early)
 
 TRAIN_DESCRIPTION = """\
 Train a small JOINT encoder on (query, document) pairs and measure held-out retrieval.
@@ -254,17 +254,12 @@ def train(argv: list[str]) -> int:
             progress.set_postfix(loss=f"{stats.loss:.3f}", contrastive=f"{stats.contrastive_loss:.3f}")
             if recall is not None:
                 progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
-            if falls_on(step, args.save_every) and step < args.steps:
-                progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
-    progress.close()
-    last = save(step)
-    elapsed = time.perf_counter() - began
-    metrics.close()
+            save_when_due(progress, step, args, save)
+    last, elapsed = close_run(progress, metrics, save, step, began)
     rate = (step - start) / elapsed
-    if stop.signal is not None and step < args.steps:
-        print(f"stopped by {stop.signal_name} after step {step} of {args.steps}, saved {last}; continue with: "
-              f"python -m uform train --resume {run_dir}")
-        return stop.exit_status
+    status = stopped_early(stop, step, args, last, f"python -m uform train --resume {run_dir}")
+    if status is not None:
+        return status
     link_final(last, run_dir / f"model{EXTENSION}")
     if held_out:
         print(f"held-out {kind}→text recall@1 over {len(held_out)} pairs: uform {metrics.latest(METRIC):.3f} · "

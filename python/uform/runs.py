@@ -216,6 +216,31 @@ def falls_on(step: int, period: int) -> bool:
 # ---- the run directory -----------------------------------------------------------------------------------
 
 
+def save_when_due(progress, step: int, args, save) -> None:
+    """A periodic checkpoint every --save-every steps (the run's last step is saved by :func:`close_run`)."""
+    if falls_on(step, args.save_every) and step < args.steps:
+        progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
+
+
+def close_run(progress, metrics, save, step: int, began: float) -> tuple[Path, float]:
+    """Ends a run's loop: the progress bar closed, the last checkpoint saved, the metrics flushed; answers that
+    checkpoint and the seconds since `began`."""
+    progress.close()
+    last = save(step)
+    elapsed = time.perf_counter() - began
+    metrics.close()
+    return last, elapsed
+
+
+def stopped_early(stop, step: int, args, last: Path, resume: str) -> int | None:
+    """The exit status of a run a signal stopped before its last step, after saying how to continue
+    (`resume`: the command that does); None for a run that finished."""
+    if stop.signal is None or step >= args.steps:
+        return None
+    print(f"stopped by {stop.signal_name} after step {step} of {args.steps}, saved {last}; continue with: {resume}")
+    return stop.exit_status
+
+
 def prepare_run_dir(run_dir: Path, resuming: bool, flag: str) -> None:
     """Create the run directory and its checkpoints folder and prove both writable, before any training. A
     new run refuses a directory that already holds one."""

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                     checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                    prune_checkpoints, run_command, write_config)
+                    prune_checkpoints, run_command, write_config, save_when_due, close_run, stopped_early)
 from .config import LanguageModelConfig, parameter_registry
 from .corpus import TokenBatches
 from .trainer import LanguageModelTrainer
@@ -167,16 +167,11 @@ def train(argv: list[str]) -> int:
             if held is not None:
                 progress.write(f"step {step}: held-out loss {held:.3f} ({held / np.log(2):.2f} bits per byte)",
                                file=sys.stderr)
-            if falls_on(step, args.save_every) and step < args.steps:
-                progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
-    progress.close()
-    last = save(step)
-    elapsed = time.perf_counter() - began
-    metrics.close()
-    if stop.signal is not None and step < args.steps:
-        print(f"stopped by {stop.signal_name} after step {step} of {args.steps}, saved {last}; continue with: "
-              f"python -m uform.lm --resume {run_dir}")
-        return stop.exit_status
+            save_when_due(progress, step, args, save)
+    last, elapsed = close_run(progress, metrics, save, step, began)
+    status = stopped_early(stop, step, args, last, f"python -m uform.lm --resume {run_dir}")
+    if status is not None:
+        return status
     link_final(last, run_dir / f"model{EXTENSION}")
     lowest = metrics.best("held_out_loss", lowest=True)
     outcome = f"lowest held-out loss {lowest[0]:.3f} at step {lowest[1]}" if lowest else "nothing held out"

@@ -269,7 +269,6 @@ class EncoderModel(ResidentState):
     def _forward(self, batch: StepBatch) -> tuple[EncoderBuffers, Buffer]:
         """The tower over a packed batch up to the final norm (in buffers.y); answers the buffers and the
         stack's output h."""
-        g = self.geometry
         rows, columns = batch.tokens.shape
         n, S = rows * columns, len(batch.segment_starts)
         buffers = self.buffers(n, columns, S)
@@ -319,7 +318,7 @@ class EncoderModel(ResidentState):
         """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
         each media modality's reconstruction weight (by name)."""
         g = self.geometry
-        n, S, H = batch.tokens.size, len(batch.segment_starts), g.hidden
+        n, H = batch.tokens.size, g.hidden
         buffers, h = self._forward(batch)
         tokens = buffers.tokens
         media = batch.media_rows()

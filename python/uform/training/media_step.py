@@ -21,7 +21,6 @@ model reads into a :class:`MediaBatch`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
