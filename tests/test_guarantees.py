@@ -86,6 +86,11 @@ def rewrite(path, tensors, metadata):
     save_file(tensors, str(path), metadata=metadata)
 
 
+def resigned(metadata: dict) -> dict:
+    """Metadata changed on purpose and signed again, so a test reaches the checks behind the digest."""
+    return metadata | {"metadata_sha256": checkpoint.metadata_digest(metadata)}
+
+
 # ---- 1. concurrency ------------------------------------------------------------------------------------------
 
 
@@ -166,9 +171,26 @@ def test_integrity_tampered_digest_list_is_refused(tmp_path):
     raw = raw_metadata(path)
     digests = json.loads(raw["sha256"])
     del digests["embedding"]
-    rewrite(path, tensors, raw | {"sha256": json.dumps(digests)})
+    tampered = raw | {"sha256": json.dumps(digests)}
+    rewrite(path, tensors, tampered)
+    with pytest.raises(UFormError, match="the metadata .* does not match its SHA-256") as error:
+        encoder(resume=path)
+    assert error.value.code == ErrorCode.CORRUPTED
+    rewrite(path, tensors, resigned(tampered))
     with pytest.raises(UFormError, match="sha256 does not list every tensor"):
         encoder(resume=path)
+
+
+def test_integrity_a_changed_step_or_run_in_the_metadata_is_corrupted(tmp_path):
+    _, path = saved_encoder(tmp_path)
+    _, tensors = checkpoint.read_tensors(path, optimizer=True)
+    raw = raw_metadata(path)
+    for changed in ({"step": str(int(raw["step"]) + 2)}, {"run": raw["run"].replace('"JOINT"', '"jOINT"')}):
+        rewrite(path, tensors, raw | changed)
+        for load in (lambda: encoder(resume=path), lambda: uform.Encoder.load(path, executor="cpu")):
+            with pytest.raises(UFormError, match="does not match its SHA-256") as error:
+                load()
+            assert error.value.code == ErrorCode.CORRUPTED
 
 
 @pytest.mark.parametrize("writer", ["export_checkpoint", "export_checkpoint_binary"])
@@ -244,11 +266,11 @@ def test_values_encoder_checkpoint_with_nan_or_negative_moment_is_refused(tmp_pa
         broken = {key: tensor.copy() for key, tensor in tensors.items()}
         broken[name].reshape(-1)[0] = value
         digests = {key: checkpoint.tensor_sha256(tensor) for key, tensor in broken.items()}
-        rewrite(path, broken, raw | {"sha256": json.dumps(digests)})
+        rewrite(path, broken, resigned(raw | {"sha256": json.dumps(digests)}))
         with pytest.raises(UFormError, match=name.split(".")[-1]) as caught:
             encoder(resume=path)
         assert caught.value.code == ErrorCode.INVALID_ARGUMENT
-    rewrite(path, tensors, raw | {"step": str(2**40)})
+    rewrite(path, tensors, resigned(raw | {"step": str(2**40)}))
     with pytest.raises(UFormError, match="step"):
         encoder(resume=path)
 
@@ -315,7 +337,7 @@ def test_memory_crafted_checkpoint_is_refused_before_allocation(tmp_path):
     _, path = saved_encoder(tmp_path)
     raw = raw_metadata(path)
     tiny = {"embedding": np.zeros(1, np.float32)}
-    rewrite(path, tiny, raw | {"sha256": json.dumps({"embedding": checkpoint.tensor_sha256(tiny["embedding"])})})
+    rewrite(path, tiny, resigned(raw | {"sha256": json.dumps({"embedding": checkpoint.tensor_sha256(tiny["embedding"])})}))
     with pytest.raises(UFormError, match="cannot hold") as caught:
         encoder(resume=path)
     assert caught.value.code == ErrorCode.CORRUPTED
@@ -333,10 +355,10 @@ def test_errors_resume_from_bad_files_names_them(tmp_path):
         encoder(resume=foreign)
     assert caught.value.code == ErrorCode.CONFIG_MISMATCH
     save_file({"weight": np.zeros(3, np.float32)}, str(foreign), metadata={"format": checkpoint.FORMAT})
-    with pytest.raises(UFormError, match=r"the metadata lacks \['step', 'seed', 'run', 'sha256'\]"):
+    with pytest.raises(UFormError, match=r"the metadata lacks \['step', 'seed', 'run', 'sha256', 'metadata_sha256'\]"):
         encoder(resume=foreign)
-    save_file({"weight": np.zeros(3, np.float32)}, str(foreign), metadata={
-        "format": checkpoint.FORMAT, "step": "1", "seed": "5", "run": "[]", "sha256": "{}"})
+    save_file({"weight": np.zeros(3, np.float32)}, str(foreign), metadata=resigned({
+        "format": checkpoint.FORMAT, "step": "1", "seed": "5", "run": "[]", "sha256": "{}"}))
     with pytest.raises(UFormError, match="the metadata's run is not a JSON object") as caught:
         encoder(resume=foreign)
     assert caught.value.code == ErrorCode.CORRUPTED
@@ -379,7 +401,7 @@ def test_errors_engine_failure_is_device_lost_until_a_new_start(monkeypatch, tmp
     language_model = lm()
 
     def failing(*args, **kwargs):
-        raise RuntimeError("cpu: kernel adamw failed: simulated")
+        raise K.EngineError("cpu: kernel adamw failed: simulated")
 
     monkeypatch.setattr(K, "adamw", failing)
     for call in (lambda: encoder_step(trainer), lambda: language_model.train_step(LM_IDS)):
@@ -391,6 +413,18 @@ def test_errors_engine_failure_is_device_lost_until_a_new_start(monkeypatch, tmp
         assert caught.value.code == ErrorCode.DEVICE_LOST
     monkeypatch.undo()
     encoder_step(encoder(resume=path))
+
+
+def test_errors_an_error_that_is_not_the_engines_leaves_the_trainer_usable(tmp_path):
+    trainer, _ = saved_encoder(tmp_path)
+
+    def texts():
+        yield "a small red panda"
+        raise RuntimeError("the caller's own generator failed")
+
+    with pytest.raises(RuntimeError, match="the caller's own generator failed"):
+        trainer.step([uform.Modality.TEXT] * 2, texts())
+    encoder_step(trainer)
 
 
 def test_errors_bad_executor_names_are_refused():

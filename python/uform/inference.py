@@ -67,8 +67,12 @@ class Encoder:
         'gpu:N'; default: ``uform.default_executor()``)."""
         metadata = checkpoint_metadata(path)
         executor = default_executor() if executor is None else executor_from(executor)
-        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], training=False,
-                                    **run_settings(metadata["run"]))
+        try:
+            settings = run_settings(metadata["run"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise UFormError(ErrorCode.CORRUPTED, f"Encoder.load: {os.fsdecode(path)}: the run it stores is not "
+                                                  f"one uform reads ({type(error).__name__}: {error})") from None
+        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], training=False, **settings)
         return cls(trainer, os.fsdecode(path))
 
     @property

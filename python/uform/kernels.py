@@ -64,11 +64,15 @@ def profile():
         _profile = None
 
 
+class EngineError(RuntimeError):
+    """A kernel the engine could not run: the device's state is unknown after it."""
+
+
 def _run(kernel: str, function, device, args) -> None:
     try:
         function(device._handle, *args)
     except Exception as error:  # the engine raises plain Exceptions; name the device and the call
-        raise RuntimeError(f"{device.name}: kernel {kernel} failed: {error}") from error
+        raise EngineError(f"{device.name}: kernel {kernel} failed: {error}") from error
 
 
 def _call(kernel: str, function, device, *args, label: str | None = None) -> None:

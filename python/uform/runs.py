@@ -139,6 +139,8 @@ def read_config(parser: argparse.ArgumentParser, path: Path, flag: str) -> dict:
             raise UsageError(f"{flag}: {path}: unknown setting {key!r} (the settings are the flags of "
                              f"{parser.prog} --help)")
         action = actions[dest]
+        if action.type is None and not isinstance(value, str):
+            raise UsageError(f"{flag}: {path}: {key} = {value!r}: a string is expected (quote it)")
         try:
             value = action.type(str(value)) if action.type is not None else value
         except (ValueError, argparse.ArgumentTypeError) as error:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ..training.errors import UFormError
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                     checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
@@ -125,14 +126,18 @@ def train(argv: list[str]) -> int:
     batches, held_out, name = corpus_split(args)
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
     executor = device_executor(args)
-    if resuming:
-        trainer = LanguageModelTrainer.from_checkpoint_binary(newest_checkpoint(run_dir, EXTENSION)[1],
-                                                              executor=executor)
-        if trainer.data_schedule["corpus_sha256"] != batches.data_schedule()["corpus_sha256"]:
-            raise UsageError(f"--resume: the corpus differs from the one the run in {run_dir} trained on")
-    else:
-        trainer = LanguageModelTrainer(initial_parameters(DEMO_SHAPE, args.seed), lr=args.learning_rate,
-                                       data_schedule=batches.data_schedule(), shape=DEMO_SHAPE, executor=executor)
+    try:
+        if resuming:
+            trainer = LanguageModelTrainer.from_checkpoint_binary(newest_checkpoint(run_dir, EXTENSION)[1],
+                                                                  executor=executor)
+        else:
+            trainer = LanguageModelTrainer(initial_parameters(DEMO_SHAPE, args.seed), lr=args.learning_rate,
+                                           data_schedule=batches.data_schedule(), shape=DEMO_SHAPE,
+                                           executor=executor)
+    except UFormError as error:
+        raise UsageError(f"--resume: {error.message}" if resuming else error.message) from None
+    if resuming and trainer.data_schedule["corpus_sha256"] != batches.data_schedule()["corpus_sha256"]:
+        raise UsageError(f"--resume: the corpus differs from the one the run in {run_dir} trained on")
     start = trainer.step_
     if start >= args.steps:
         raise UsageError(f"--steps: the run in {run_dir} already took {start} steps; pass --steps with more")

@@ -199,8 +199,8 @@ class ResidentState:
     def gradient_problem(self) -> str | None:
         """None for a gradient AdamW can apply, else what is wrong with it. The gradient is summed down to
         GUARD_COLUMNS column sums on the device (plus one for a tail) and those are checked on the host: a
-        NaN or an infinity reaches its column's sum, and so does a value too large to square in float32
-        (past LARGEST_SQUARABLE), but for an exact cancellation within its column."""
+        NaN or an infinity always reaches its column's sum; a value too large to square in float32 (past
+        LARGEST_SQUARABLE) does unless values of opposite signs in its column bring the sum back under."""
         for part, rows, columns, out, partial in self._guard:
             K.column_sum(out, part, rows, columns, partial=partial)
         sums = self._guard_sums.numpy()

@@ -10,8 +10,10 @@ The Trainer's ``HostState`` (``uform.nn.resident``) as tensors, each float32 in 
 Metadata (safetensors' str → str header): ``format`` = ``uform.trainer/2``, ``step`` (optimizer
 steps applied, across resumes), ``seed``, ``run``: the derived run as JSON (depth, hidden,
 objective, batch, masking, contrastive, schedule), and ``sha256``: a JSON object giving every
-tensor's SHA-256 (of its little-endian bytes). Every read checks every tensor it loads against its
-digest, so a flipped bit is refused with CORRUPTED naming the tensor; ``read_tensors`` is that
+tensor's SHA-256 (of its little-endian bytes), and ``metadata_sha256``: the SHA-256 of the other
+fields (``metadata_digest``), so a flipped bit in the step, the seed or the run is refused too. Every
+read checks the metadata and every tensor it loads against their digests, so a flipped bit is
+refused with CORRUPTED naming the tensor or the metadata; ``read_tensors`` is that
 verifying reader for a loader that wants the parameters alone. A resume whose geometry differs is
 refused with CONFIG_MISMATCH, and so is one of another seed (the corruption draws are keyed by it);
 the schedule may change across a resume. A resumed state must be one a step can continue from
@@ -40,7 +42,7 @@ from ..nn.resident import MAX_STEPS, STATE_ARRAYS, HostState, named_tensors, reg
 from .errors import ErrorCode, UFormError
 
 FORMAT = "uform.trainer/2"
-METADATA = ("format", "step", "seed", "run", "sha256")
+METADATA = ("format", "step", "seed", "run", "sha256", "metadata_sha256")
 """The metadata fields every checkpoint carries."""
 PREFIXES = {"parameters": "", "m": "optimizer.m.", "v": "optimizer.v."}
 """The tensor-name prefix of each array of the HostState (STATE_ARRAYS)."""
@@ -89,9 +91,16 @@ def write(path, registry: list[dict], state: HostState, *, step: int, seed: int,
             if not reporter.report(len(tensors)):
                 return False
     digests = json.dumps({name: tensor_sha256(tensor) for name, tensor in tensors.items()}, sort_keys=True)
-    write_atomically(path, [save(tensors, metadata={"format": FORMAT, "step": str(step), "seed": str(seed),
-                                                    "run": run, "sha256": digests})])
+    metadata = {"format": FORMAT, "step": str(step), "seed": str(seed), "run": run, "sha256": digests}
+    metadata["metadata_sha256"] = metadata_digest(metadata)
+    write_atomically(path, [save(tensors, metadata=metadata)])
     return True
+
+
+def metadata_digest(metadata: dict) -> str:
+    """The SHA-256 of the metadata fields but its own, as sorted-key JSON of the stored strings."""
+    fields = {key: metadata[key] for key in METADATA if key != "metadata_sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 class Checkpoint:
@@ -108,6 +117,9 @@ class Checkpoint:
         missing = [field for field in METADATA if field not in metadata]
         if missing:
             raise self.error(ErrorCode.CORRUPTED, f"the metadata lacks {missing}")
+        if metadata_digest(metadata) != metadata["metadata_sha256"]:
+            raise self.error(ErrorCode.CORRUPTED, "the metadata (step, seed, run or digests) does not match its "
+                                                  "SHA-256: the file was modified or damaged")
         try:
             self.metadata = {"step": int(metadata["step"]), "seed": int(metadata["seed"]),
                              "run": json.loads(metadata["run"]), "sha256": json.loads(metadata["sha256"])}

@@ -31,6 +31,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import numpy as np
 
 from .. import kernels as K
+from ..kernels import EngineError
 from ..executor import Executor
 from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
@@ -132,9 +133,8 @@ class Trainer:
             try:
                 yield
             except Exception as error:
-                if isinstance(error, (UFormError, MemoryError)) or \
-                        not (isinstance(error, RuntimeError) or type(error) is Exception):
-                    raise
+                if not isinstance(error, EngineError) and type(error) is not Exception:
+                    raise  # a refusal, a failed allocation, or an error of the caller's own inputs
                 self._lost = True
                 raise UFormRuntimeError(ErrorCode.DEVICE_LOST, f"{self._executor.devices[0].name}: the engine "
                                         f"failed, so the device state is unknown: {error}") from error
@@ -297,9 +297,10 @@ class Trainer:
         """Stop the trainer's threads: the deferred receivers' worker (after the calls it holds) and the
         decode pool. The trainer takes no call after it."""
         with self._lock:
-            if self._worker is not None:
-                self._worker.shutdown(wait=True)
-            self._pool.close()
+            worker = self._worker
+        if worker is not None:
+            worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
+        self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
         """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
@@ -444,7 +445,11 @@ class DeferredOn:
         trainer = self._trainer
         if not trainer._decoding_ahead.acquire(blocking=False):
             return Deferred(self._worker.submit(trainer.step, modalities, contents, **options))
-        modalities, contents, decoded = trainer._decode_ahead(modalities, contents)
+        try:
+            modalities, contents, decoded = trainer._decode_ahead(modalities, contents)
+        except BaseException:
+            trainer._decoding_ahead.release()
+            raise
 
         def run():
             try:
