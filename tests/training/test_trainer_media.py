@@ -213,3 +213,12 @@ def test_encode_decodes_each_media_item_once(files, monkeypatch):
     embeddings = trainer.encode([M.IMAGE] * len(images), images)  # a row holds two images: six batches
     assert sorted(calls) == list(range(len(images)))
     assert np.array_equal(embeddings[0], embeddings[3]) and np.array_equal(embeddings[1], embeddings[10])
+
+
+def test_close_waits_for_the_queued_deferred_steps(files):
+    modalities, contents, relations = mixed_items(files)
+    trainer = media_trainer()
+    receiver = trainer.deferred(trainer._executor)
+    calls = [receiver.step(modalities, contents, relations=relations) for _ in range(3)]
+    trainer.close()  # the queued steps take the trainer's lock: close must not hold it while it waits
+    assert all(call.done() for call in calls) and trainer.completed_steps == 3
