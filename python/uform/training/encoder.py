@@ -319,6 +319,7 @@ class EncoderModel(ResidentState):
         each media modality's reconstruction weight (by name)."""
         g = self.geometry
         n, H = batch.tokens.size, g.hidden
+        media_weights = media_weights or {}
         buffers, h = self._forward(batch)
         tokens = buffers.tokens
         media = batch.media_rows()
@@ -329,14 +330,13 @@ class EncoderModel(ResidentState):
             masked, dy_written = self._masked(buffers, batch, text_weight, with_gradient)
         reconstruction = {}
         if g.masked and g.media:
-            reconstruction, dy_written = self._reconstruct(buffers, media, media_weights or {}, with_gradient,
-                                                           dy_written)
+            reconstruction, dy_written = self._reconstruct(buffers, media, media_weights, with_gradient, dy_written)
         pooled = None
         if buffers.contrastive is not None:
             contrastive, pooled = self._contrastive(buffers, batch, with_gradient, dy_written, want_pooled)
             dy_written = dy_written or with_gradient
         weight = text_weight if g.masked else 0.0
-        total = weight * masked + sum((media_weights or {}).get(name, 0.0) * loss
+        total = weight * masked + sum(media_weights.get(name, 0.0) * loss
                                       for name, loss in reconstruction.items()) + contrastive
         losses = StepLosses(masked=masked, contrastive=contrastive, total=total, pooled=pooled,
                             reconstruction=reconstruction)
