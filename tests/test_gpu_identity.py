@@ -144,3 +144,23 @@ def test_media_training_bits_match_cpu(tmp_path):
     resumed = load_file(run("gpu", 10, resume=run("gpu", 5)))
     for name in resumed:
         assert same_bits(resumed[name], tensors[1][name]), name
+
+
+def test_loaded_encoder_on_the_gpu_embeds_as_the_cpu_trainer(tmp_path):
+    """A checkpoint saved by a CPU trainer, loaded on the GPU: the same embedding bits as the trainer's own
+    encode, and an item's embedding alone equals its embedding inside a batch of 100 others."""
+    texts = [f"pair {i}: {'klmnopqrst'[i % 10] * (i % 5 + 2)} words {i * 13 % 37}" for i in range(8)]
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_ram(), depth=2, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=8, max_columns_per_row=64),
+        contrastive=uform.Contrastive(matryoshka_dimensions=(64, 128)), schedule=uform.Schedule(steps=4), seed=5)
+    for _ in range(3):
+        trainer.step([uform.Modality.TEXT] * 8, texts, relations=uform.Relations(attract=(np.arange(9), [i ^ 1 for i in range(8)])))
+    trainer.save(tmp_path / "model.safetensors")
+
+    encoder = uform.Encoder.load(tmp_path / "model.safetensors", executor=uform.Executor.for_vram([0]))
+    on_gpu = encoder.encode(uform.Modality.TEXT, texts, batch_size=3)
+    assert same_bits(on_gpu, trainer.encode([uform.Modality.TEXT] * 8, texts))
+    crowd = [f"member {i} of a crowd of others" for i in range(100)]
+    among = encoder.encode(uform.Modality.TEXT, crowd[:61] + texts[2:3] + crowd[61:], batch_size=16)
+    assert same_bits(among[61:62], on_gpu[2:3])
