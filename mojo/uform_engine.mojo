@@ -14,7 +14,8 @@ from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import Args, Interface, args_from_python, device_of, launch_index, launch_warps
 from engine.target import HAS_ACCELERATOR
-from kernels import adamw, attention, contrastive, embedding, gemm, norms, pointwise, rotary, rows
+from kernels import (adamw, attention, choices, contrastive, embedding, gemm, late_interaction, norms, pointwise,
+                     rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -219,6 +220,13 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[contrastive.row_temperature](m, k, "row_temperature", contrastive.ROW_TEMPERATURE)
         index[contrastive.pair_loss](m, k, "pair_loss", contrastive.PAIR_LOSS)
         index[contrastive.group_sums](m, k, "group_sums", contrastive.GROUP_SUMS)
+        index[late_interaction.maxsim_forward](m, k, "maxsim_forward", late_interaction.MAXSIM_FORWARD)
+        index[late_interaction.maxsim_scores](m, k, "maxsim_scores", late_interaction.MAXSIM_SCORES)
+        index[late_interaction.maxsim_backward_queries](m, k, "maxsim_backward_queries",
+                                                        late_interaction.MAXSIM_BACKWARD_QUERIES)
+        index[late_interaction.maxsim_backward_documents](m, k, "maxsim_backward_documents",
+                                                          late_interaction.MAXSIM_BACKWARD_DOCUMENTS)
+        index[choices.choice_loss](m, k, "choice_loss", choices.CHOICE_LOSS)
         var module = m.finalize()
         module.KERNEL_INTERFACES = k
         module.FACTS = engine_facts()

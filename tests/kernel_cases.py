@@ -337,6 +337,88 @@ def case_pair_loss(device: uform.Device, seed: int, segments: int, groups: int, 
             "dbias": (g_b.numpy(), ref_db, 2e-6, np.abs(dz).sum() if ranked else np.abs(ref_db).max())}
 
 
+def unit_rows(rng, rows: int, width: int) -> np.ndarray:
+    x = rng.standard_normal((rows, width))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def case_maxsim(device: uform.Device, seed: int, segments: int, width: int):
+    """MaxSim forward and backward over segments that are queries, documents, both or neither; every
+    document repeats one of its rows, so its maxima tie and the gradient must go to the lowest row."""
+    rng = rng_for(seed)
+    side = rng.integers(0, 4, segments)
+    side[0], side[-1] = 3, 2
+    query_counts = np.where(side & 1, rng.integers(1, 6, segments), 0).astype(np.int32)
+    document_counts = np.where(side & 2, rng.integers(2, 7, segments), 0).astype(np.int32)
+    query_starts = (np.cumsum(query_counts) - query_counts).astype(np.int32)
+    document_starts = (np.cumsum(document_counts) - document_counts).astype(np.int32)
+    queries = unit_rows(rng, int(query_counts.sum()), width)
+    documents = unit_rows(rng, int(document_counts.sum()), width)
+    for j in np.flatnonzero(document_counts):  # the last row of each document repeats its first
+        documents[document_starts[j] + document_counts[j] - 1] = documents[document_starts[j]]
+    query_segment = np.repeat(np.arange(segments), query_counts).astype(np.int32)
+    document_segment = np.repeat(np.arange(segments), document_counts).astype(np.int32)
+    d_scores = rng.standard_normal((segments, segments)).astype(np.float32)
+    Nq, Nd = queries.shape[0], documents.shape[0]
+
+    best, arg = device.empty((Nq, segments)), device.empty((Nq, segments), np.int32)
+    scores = device.empty((segments, segments))
+    dq, dd = device.empty((Nq, width)), device.empty((Nd, width))
+    q_buffer, d_buffer = device.put(queries), device.put(documents)
+    K.maxsim_forward(best, arg, q_buffer, d_buffer, device.put(document_starts), device.put(document_counts), width)
+    K.maxsim_scores(scores, best, device.put(query_starts), device.put(query_counts), device.put(document_counts))
+    K.maxsim_backward(dq, dd, device.put(d_scores), arg, q_buffer, d_buffer, device.put(query_segment),
+                      device.put(document_segment), width)
+
+    sim = f64(queries) @ f64(documents).T
+    ref_arg = np.full((Nq, segments), -1)
+    for j in np.flatnonzero(document_counts):
+        rows = slice(document_starts[j], document_starts[j] + document_counts[j])
+        ref_arg[:, j] = document_starts[j] + np.argmax(sim[:, rows], axis=1)  # argmax: the first of equals
+    ref_best = np.where(ref_arg >= 0, np.take_along_axis(sim, np.maximum(ref_arg, 0), 1), 0.0)
+    ref_scores = np.zeros((segments, segments))
+    for i in np.flatnonzero(query_counts):
+        ref_scores[i] = ref_best[query_starts[i]:query_starts[i] + query_counts[i]].sum(0)
+    ref_scores[:, document_counts == 0] = 0
+    ref_dq, ref_dd = np.zeros((Nq, width)), np.zeros((Nd, width))
+    for a in range(Nq):
+        for j in np.flatnonzero(ref_arg[a] >= 0):
+            g = f64(d_scores)[query_segment[a], j]
+            ref_dq[a] += g * f64(documents[ref_arg[a, j]])
+            ref_dd[ref_arg[a, j]] += g * f64(queries[a])
+    return {"arg": (arg.numpy(), ref_arg, 0.0), "best": (best.numpy(), ref_best, 1e-6),
+            "scores": (scores.numpy(), ref_scores, 2e-6), "d_queries": (dq.numpy(), ref_dq, 1e-6),
+            "d_documents": (dd.numpy(), ref_dd, 2e-6)}
+
+
+def case_choice_loss(device: uform.Device, seed: int, items: int, vocab: int, with_targets: bool):
+    """The softmax over each item's legal bytes and, with targets, the soft-target cross-entropy and its
+    gradient (zero off the legal bytes)."""
+    rng = rng_for(seed)
+    counts = rng.integers(1, min(vocab, 9) + 1, items)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    legal = np.concatenate([rng.permutation(vocab)[:n] for n in counts]).astype(np.int32)
+    targets = np.concatenate([rng.dirichlet(np.ones(n)) for n in counts]).astype(np.float32)
+    z = (3 * rng.standard_normal((items, vocab))).astype(np.float32)
+    probabilities, losses, dz = device.empty(legal.size), device.empty(items), device.empty((items, vocab))
+    K.choice_loss(probabilities, losses if with_targets else None, dz if with_targets else None, device.put(z),
+                  device.put(offsets), device.put(legal), device.put(targets) if with_targets else None,
+                  grad_scale=0.25)
+    ref_p, ref_loss, ref_dz = np.zeros(legal.size), np.zeros(items), np.zeros((items, vocab))
+    for c in range(items):
+        k = slice(offsets[c], offsets[c + 1])
+        logits = f64(z[c, legal[k]])
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        ref_p[k] = p
+        ref_loss[c] = -(f64(targets[k]) * np.log(p)).sum()
+        ref_dz[c, legal[k]] = 0.25 * (p - f64(targets[k]))
+    result = {"probabilities": (probabilities.numpy(), ref_p, 1e-6)}
+    if with_targets:
+        result |= {"loss": (losses.numpy(), ref_loss, 2e-6), "dz": (dz.numpy(), ref_dz, 1e-6)}
+    return result
+
+
 def all_cases():
     """(id, function, kwargs) for every case; both test modules iterate this list."""
     cases = []
@@ -378,4 +460,10 @@ def all_cases():
                           dict(segments=segments, groups=groups, ranked=ranked)))
     for size, steps in ((1, 1), (1000, 5)):
         cases.append((f"adamw-{size}-{steps}", case_adamw, dict(size=size, steps=steps)))
+    for segments, width in ((2, 8), (6, 16), (23, 128)):
+        cases.append((f"maxsim-{segments}x{width}", case_maxsim, dict(segments=segments, width=width)))
+    for items, vocab in ((1, 1), (7, 264), (40, 30)):
+        for with_targets in (False, True):
+            cases.append((f"choice_loss-{items}x{vocab}-targets{int(with_targets)}", case_choice_loss,
+                          dict(items=items, vocab=vocab, with_targets=with_targets)))
     return cases

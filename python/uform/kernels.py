@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections import defaultdict
 
@@ -482,3 +483,59 @@ def group_sums(out: Buffer, values: Buffer, groups: Buffer, *, accumulate: bool 
     """out[g] (+)= Σ of values over the rows of group g, ascending."""
     _expect(groups, "groups", values.size, np.int32)
     _launch("group_sums", out.size, out=out, values=values, groups=groups, rows=values.size, accumulate=accumulate)
+
+
+# ---- late interaction and choices (mojo/kernels/late_interaction.mojo, choices.mojo) -----------------------
+
+def maxsim_forward(best: Buffer, arg: Buffer, queries: Buffer, documents: Buffer, document_starts: Buffer,
+                   document_counts: Buffer, width: int) -> None:
+    """best[a, j] = max over document j's rows b of queries[a]·documents[b], arg[a, j] the lowest such b
+    (−1 where j has no rows)."""
+    segments = document_counts.size
+    query_rows = queries.size // width
+    _expect(best, "best", query_rows * segments)
+    _expect(arg, "arg", query_rows * segments, np.int32)
+    _expect(document_starts, "document_starts", segments, np.int32)
+    _expect(document_counts, "document_counts", segments, np.int32)
+    _launch("maxsim_forward", query_rows * segments, best=best, arg=arg, queries=queries, documents=documents,
+            document_starts=document_starts, document_counts=document_counts, segments=segments, width=width)
+
+
+def maxsim_scores(scores: Buffer, best: Buffer, query_starts: Buffer, query_counts: Buffer,
+                  document_counts: Buffer) -> None:
+    """scores[i, j] = Σ over query i's rows a of best[a, j] (0 unless i has query rows and j document rows)."""
+    segments = query_counts.size
+    _expect(scores, "scores", segments * segments)
+    _launch("maxsim_scores", segments * segments, scores=scores, best=best, query_starts=query_starts,
+            query_counts=query_counts, document_counts=document_counts, segments=segments)
+
+
+def maxsim_backward(d_queries: Buffer, d_documents: Buffer, d_scores: Buffer, arg: Buffer, queries: Buffer,
+                    documents: Buffer, query_segment: Buffer, document_segment: Buffer, width: int) -> None:
+    """The gradients at the query and document rows: each maximum's gradient goes to the row that attained
+    it."""
+    query_rows, document_rows = query_segment.size, document_segment.size
+    segments = math.isqrt(d_scores.size)
+    _expect(d_scores, "d_scores", segments * segments)
+    _expect(arg, "arg", query_rows * segments, np.int32)
+    _expect(d_queries, "d_queries", query_rows * width)
+    _expect(d_documents, "d_documents", document_rows * width)
+    _launch("maxsim_backward_queries", query_rows, d_queries=d_queries, d_scores=d_scores, arg=arg,
+            documents=documents, query_segment=query_segment, segments=segments, width=width)
+    _launch("maxsim_backward_documents", document_rows, d_documents=d_documents, d_scores=d_scores, arg=arg,
+            queries=queries, query_segment=query_segment, document_segment=document_segment, segments=segments,
+            width=width, query_rows=query_rows)
+
+
+def choice_loss(probabilities: Buffer, losses: Buffer | None, d_logits: Buffer | None, logits: Buffer,
+                offsets: Buffer, choice_bytes: Buffer, targets: Buffer | None, *, grad_scale: float = 1.0) -> None:
+    """Per item: the softmax of its logits row over its legal bytes (into probabilities); with targets, the
+    soft-target cross-entropy (losses) and, given d_logits, its gradient times grad_scale."""
+    items = offsets.size - 1
+    vocab = logits.size // max(items, 1)
+    _expect(offsets, "offsets", items + 1, np.int32)
+    _expect(choice_bytes, "choice_bytes", probabilities.size, np.int32)
+    if targets is not None:
+        _expect(targets, "targets", probabilities.size)
+    _launch("choice_loss", items, probabilities=probabilities, losses=losses, d_logits=d_logits, logits=logits,
+            offsets=offsets, choice_bytes=choice_bytes, targets=targets, vocab=vocab, grad_scale=grad_scale)
