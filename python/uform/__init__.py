@@ -13,14 +13,14 @@ from .inference import Encoder
 from .lm import LanguageModelConfig, LanguageModelTrainer, SmallByteLanguageModelTrainer
 from .training import (Arena, AudioShape, BatchShape, Choices, Contrastive, Deferred, Edges, ErrorCode,
                        ImageShape, LateInteraction, LateInteractionSide, Masking, Modality, Negatives, Objective,
-                       PairLossForm, Relations, Scalar, Schedule, Trainer, TrainerStepStats, UFormError,
-                       VideoShape)
+                       PairLossForm, Relations, RowsTape, Scalar, Schedule, Trainer, TrainerStepStats, UFormError,
+                       VideoShape, maxsim)
 
 __all__ = [
     "Arena", "AudioShape", "BatchShape", "Choices", "Contrastive", "Deferred", "Edges", "ErrorCode", "ImageShape",
     "LateInteraction", "LateInteractionSide", "Masking", "Modality", "Negatives", "Objective", "PairLossForm",
-    "Relations", "Scalar", "Schedule", "Trainer", "TrainerStepStats", "UFormError", "VideoShape",
+    "Relations", "RowsTape", "Scalar", "Schedule", "Trainer", "TrainerStepStats", "UFormError", "VideoShape",
     "Buffer", "Device", "ENGINE_VARIANT", "Encoder", "Executor", "LanguageModelConfig", "LanguageModelTrainer",
-    "SmallByteLanguageModelTrainer", "default_executor", "gpu_count", "kernels", "numeric_mode",
+    "SmallByteLanguageModelTrainer", "default_executor", "gpu_count", "kernels", "maxsim", "numeric_mode",
     "set_default_executor", "set_numeric_mode",
 ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+import numpy as np
+
 from ..kernels import NORM_EPSILON
 from ..nn.resident import named_tensors
 from ..training.encoder import EncoderGeometry, encoder_registry as engine_registry
@@ -187,18 +189,72 @@ def reconstruction_loss(torch, y, head, hidden_tokens, targets):
     return (error * error).mean(dim=1).sum() / max(len(hidden_tokens), 1)
 
 
+def unit_rows(torch, x):
+    """Each row of ``x`` over its norm (with the engine's epsilon under the square root)."""
+    return x / torch.sqrt((x * x).sum(dim=1, keepdim=True) + EPSILON_POOL)
+
+
+def late_interaction_loss(torch, y, head, log_scale, bias, groups, query_rows, document_rows, sign, weight, form):
+    """The late-interaction term before its weight. ``query_rows`` / ``document_rows``: per segment, the flat
+    token indices of its query / document rows (empty: not on that side). Token vectors are the states
+    through ``head``, L2-normalised; score_ij = Σ_(a ∈ i) max_(b ∈ j) q_a·d_b with the maximum taken at its
+    lowest index (ties); z = exp(log_scale[g_i])·score + bias[g_i]; the pair loss over the (query,
+    document) block of ``sign``, ``weight`` (S, S)."""
+    flat = y.reshape(-1, y.shape[-1])
+    queries = [i for i, rows in enumerate(query_rows) if len(rows)]
+    documents = [j for j, rows in enumerate(document_rows) if len(rows)]
+    if not queries or not documents:
+        return flat.sum() * 0
+
+    def vectors(rows):
+        return unit_rows(torch, flat[torch.as_tensor(rows, dtype=torch.long, device=y.device)] @ head)
+
+    document_vectors = [vectors(document_rows[j]) for j in documents]
+    rows = []
+    for i in queries:
+        q = vectors(query_rows[i])
+        scores = []
+        for d in document_vectors:
+            sim = q @ d.T
+            first = torch.as_tensor(np.argmax(sim.detach().cpu().numpy(), axis=1)[:, None], device=y.device)
+            scores.append(sim.gather(1, first).sum())
+        rows.append(torch.stack(scores))
+    g = torch.as_tensor(np.asarray(groups)[queries], dtype=torch.long, device=y.device)
+    z = torch.exp(log_scale[g])[:, None] * torch.stack(rows) + bias[g][:, None]
+    block = np.ix_(queries, documents)
+    return pair_loss(torch, z, np.asarray(sign)[block], np.asarray(weight)[block], form)
+
+
+def choices_loss(torch, y, head, positions, offsets, legal, targets):
+    """The choices term before its weight: the mean over the choosing items of −Σ_k t_k log p_k, p the softmax
+    of the masked head's logits at the item's MASK position (flat index ``positions[c]``) over its legal
+    bytes ``legal[offsets[c]:offsets[c + 1]]``."""
+    flat = y.reshape(-1, y.shape[-1])
+    logits = flat[torch.as_tensor(positions, dtype=torch.long, device=y.device)] @ head
+    terms = []
+    for c in range(len(positions)):
+        k = slice(int(offsets[c]), int(offsets[c + 1]))
+        chosen = logits[c, torch.as_tensor(np.asarray(legal[k]), dtype=torch.long, device=y.device)]
+        t = torch.as_tensor(np.asarray(targets[k]), dtype=y.dtype, device=y.device)
+        terms.append(-(t * torch.log_softmax(chosen, dim=0)).sum())
+    return torch.stack(terms).mean()
+
+
 def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positions, targets, groups, sign, weight,
               widths, form, objective, text_weight, norm_eps=1e-5, rope_base=10000.0, media=None,
-              media_weights=None) -> dict:
+              media_weights=None, late=None, choices=None) -> dict:
     """One step's losses under the flat parameter tensor ``flat`` laid out by ``registry``.
 
     ``tokens``, ``segments`` (packed segment index 0..S−1 or −1 for padding), ``positions`` (inside the
     segment) and ``targets`` (the original byte at covered positions, else −1) are (rows, columns);
     ``groups`` (S,) the temperature group of each segment, ``sign`` and ``weight`` (S, S) the segments'
     pair targets; ``widths`` the matryoshka prefixes (empty: (hidden,)); ``media`` a step's media rows
-    (``MediaBatch``) and ``media_weights`` their reconstruction weights by name. Returns ``loss``,
-    ``masked``, ``contrastive`` (0 when the objective lacks it), ``reconstruction`` (by media name) and
-    ``pooled``, the (S, H) embeddings before normalisation.
+    (``MediaBatch``) and ``media_weights`` their reconstruction weights by name; ``late`` a dict of
+    :func:`late_interaction_loss`'s ``query_rows``, ``document_rows``, ``sign``, ``weight``, ``form`` and its
+    ``loss_weight``; ``choices`` a dict of :func:`choices_loss`'s ``positions``, ``offsets``, ``legal``,
+    ``targets`` and its ``loss_weight``. Returns ``loss``, ``masked``, ``contrastive`` (0 when the
+    objective lacks it), ``reconstruction`` (by media name), ``late_interaction`` (weighted), ``choices``
+    (unweighted) and ``pooled``, the (S, H) embeddings before normalisation.
     """
     objective = _name(objective, OBJECTIVES, "objective")
     form = _name(form, FORMS, "form")
@@ -230,11 +286,22 @@ def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positio
     weights = media_weights or {}
     reconstructed = sum((weights.get(name, 0.0) * value for name, value in reconstruction.items()), zero)
 
+    late_term = zero
+    if late is not None:
+        late_term = late["loss_weight"] * late_interaction_loss(
+            torch, y, P["late_interaction.token_head"], P["late_interaction.log_scale"], P["late_interaction.bias"],
+            groups, late["query_rows"], late["document_rows"], late["sign"], late["weight"], late["form"])
+    choice_term = zero
+    if choices is not None and len(choices["positions"]):
+        choice_term = choices_loss(torch, y, P["masked_head"], choices["positions"], choices["offsets"],
+                                   choices["legal"], choices["targets"])
+    chosen = choice_term * (choices["loss_weight"] if choices is not None else 0.0)
+
     if objective == "masked":
-        loss = text_weight * masked + reconstructed
+        loss = text_weight * masked + reconstructed + chosen
     elif objective == "contrastive":
-        loss = contrastive
+        loss = contrastive + late_term
     else:
-        loss = text_weight * masked + reconstructed + contrastive
+        loss = text_weight * masked + reconstructed + contrastive + late_term + chosen
     return {"loss": loss, "masked": masked, "contrastive": contrastive, "reconstruction": reconstruction,
-            "pooled": pooled}
+            "late_interaction": late_term, "choices": choice_term, "pooled": pooled}

@@ -10,6 +10,8 @@ Everything here is pure Python and numpy; the engine consumes what it produces:
 - :mod:`.masking` -- :func:`corrupt`, keyed span corruption for the masked objective.
 - :mod:`.schedule` -- :func:`learning_rate` of every step.
 - :mod:`.stats`, :mod:`.arena` -- what a step reports and where it lands embeddings.
+- :mod:`.late_interaction`, :mod:`.choices` -- the rows and targets of the late-interaction and
+  calibrated-choices terms.
 - :mod:`.encoder` -- the text encoder on a device; :mod:`.trainer` -- ``Trainer`` itself;
   :mod:`.checkpoint` -- its safetensors checkpoint.
 """
@@ -19,19 +21,21 @@ from .config import (AudioShape, BatchShape, Choices, Contrastive, DerivedRun, I
                      Schedule, VideoShape, validate_run)
 from .enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError
+from .late_interaction import maxsim
 from .masking import corrupt
 from .packing import Packed, pack_items
 from .relations import Edges, Relations, check_relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_step_inputs
+from .tapes import RowsTape
 from .trainer import Deferred, DeferredOn, On, Trainer
 from .vocabulary import MASK, PAD, VOCABULARY_SIZE
 
 __all__ = [
     "Arena", "AudioShape", "Deferred", "DeferredOn", "On", "Trainer", "BatchShape", "Choices", "Contrastive", "DerivedRun", "Edges", "ErrorCode", "ImageShape",
     "LateInteraction", "LateInteractionSide", "MASK", "Masking", "Modality", "Negatives", "Objective", "PAD", "Packed",
-    "PairLossForm", "Relations", "Scalar", "Schedule", "StepInputs", "TrainerStepStats", "UFormError",
+    "PairLossForm", "Relations", "RowsTape", "Scalar", "Schedule", "StepInputs", "TrainerStepStats", "UFormError",
     "VOCABULARY_SIZE", "VideoShape", "check_relations", "check_step_inputs", "corrupt", "learning_rate",
-    "pack_items", "pair_targets", "validate_run",
+    "maxsim", "pack_items", "pair_targets", "validate_run",
 ]

@@ -417,8 +417,11 @@ def _check_contrastive(contrastive: Contrastive, hidden: int) -> None:
     _check_weight("contrastive.ambient_repulsion_weight", contrastive.ambient_repulsion_weight)
 
 
-def _check_late_interaction(late: LateInteraction) -> None:
+def _check_late_interaction(late: LateInteraction, objective: Objective) -> None:
     _check_weight("late_interaction.weight", late.weight)
+    _require(late.weight == 0.0 or objective != Objective.MASKED, "late_interaction.weight",
+             "late interaction scores the relations, which a MASKED objective does not read; use CONTRASTIVE "
+             "or JOINT")
     _require(late.width % WIDTH_ALIGNMENT == 0, "late_interaction.width",
              f"must be a multiple of {WIDTH_ALIGNMENT}, got {late.width}")
     _require(0.0 < late.inverse_temperature <= MAX_SCALE, "late_interaction.inverse_temperature",
@@ -427,8 +430,11 @@ def _check_late_interaction(late: LateInteraction) -> None:
              f"must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}], got {late.bias}")
 
 
-def _check_choices(choices: Choices, batch: BatchShape) -> None:
+def _check_choices(choices: Choices, batch: BatchShape, objective: Objective) -> None:
     _check_weight("choices.weight", choices.weight)
+    _require(choices.weight == 0.0 or objective != Objective.CONTRASTIVE, "choices.weight",
+             "choices are read by the masked head, which a CONTRASTIVE objective does not have; use MASKED or "
+             "JOINT")
     _require(choices.weight == 0.0 or batch.max_choices_per_item > 0, "choices.weight",
              "a positive weight needs batch.max_choices_per_item, which is 0")
 
@@ -489,7 +495,7 @@ def validate_run(depth: int, hidden: int, batch: BatchShape | None, objective: O
                      schedule=schedule.derived())
     _check_masking(run.masking)
     _check_contrastive(run.contrastive, run.hidden)
-    _check_late_interaction(run.late_interaction)
-    _check_choices(run.choices, run.batch)
+    _check_late_interaction(run.late_interaction, run.objective)
+    _check_choices(run.choices, run.batch, run.objective)
     _check_schedule(run.schedule)
     return run

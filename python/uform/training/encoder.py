@@ -1,6 +1,6 @@
 """The encoder on a device: embedding (bytes, and media patches through their patch embeddings), a
-bidirectional segment-masked stack, the final norm, and the masked, reconstruction and contrastive
-heads (math in docs/encoder.md).
+bidirectional segment-masked stack, the final norm, and the masked, reconstruction, contrastive,
+late-interaction and choices heads (math in docs/encoder.md).
 
 ``encoder_registry`` fixes the flat parameter order (and the checkpoint's tensor names);
 ``EncoderModel`` is the encoder's resident state (``uform.nn.resident``: parameters, gradient and
@@ -22,13 +22,16 @@ from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import StackGeometry, TransformerStack, layer_tensors
 from .enums import Objective
 from .media_step import POSITION_AXES, MediaBatch
-from .vocabulary import VOCABULARY_SIZE
+from .choices import ChoiceBatch
+from .late_interaction import LateBatch
+from .vocabulary import BYTE_COUNT, VOCABULARY_SIZE
 
 HEAD_DIM = 64
 MLP_RATIO = 4
 NORM_EPS = 1e-5
 ROPE_BASE = 10000.0
-DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head", "patch_embedding", "reconstruction")
+DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head", "patch_embedding", "reconstruction",
+           "token_head")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class EncoderGeometry:
     media: tuple[tuple[str, int], ...] = ()
     """(name, width) of each media modality the run trains, in ``media_step.MEDIA_KINDS`` order: width is the
     values one token carries (patch or tube pixels, frame samples)."""
+    late_width: int = 0
+    """The late-interaction token vectors' width; 0 when the run trains no late interaction."""
+    late_rows: tuple[int, int] = (0, 0)
+    """The query and document token rows a step holds at most (the late-interaction capacities)."""
 
     @property
     def masked(self) -> bool:
@@ -65,6 +72,9 @@ def encoder_registry(geometry: EncoderGeometry) -> list[dict]:
         shapes.append(("masked_head", (geometry.hidden, VOCABULARY_SIZE)))
     if geometry.contrastive:
         shapes += [("temperature.log_scale", (geometry.groups,)), ("temperature.bias", (geometry.groups,))]
+    if geometry.late_width:
+        shapes += [("late_interaction.token_head", (geometry.hidden, geometry.late_width)),
+                   ("late_interaction.log_scale", (geometry.groups,)), ("late_interaction.bias", (geometry.groups,))]
     for name, width in geometry.media:
         shapes.append((f"{name}.patch_embedding", (width, geometry.hidden)))
         if geometry.masked:
@@ -80,8 +90,10 @@ def decays(name: str) -> bool:
 ADAMW = AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decays=decays)
 
 
-def initial_parameters(geometry: EncoderGeometry, seed: int, inverse_temperature: float, bias: float) -> np.ndarray:
-    """Tensor n drawn from Philox(key=[seed, n]): normal σ = 0.02; gains 1; the temperatures as configured."""
+def initial_parameters(geometry: EncoderGeometry, seed: int, inverse_temperature: float, bias: float,
+                       late_inverse_temperature: float = 1.0, late_bias: float = 0.0) -> np.ndarray:
+    """Tensor n drawn from Philox(key=[seed, n]): normal σ = 0.02; gains 1; the temperatures (pooled and late
+    interaction) as configured."""
     registry = encoder_registry(geometry)
     flat = np.empty(registry_size(registry), np.float32)
     for n, (name, part) in enumerate(named_tensors(flat, registry).items()):
@@ -91,6 +103,10 @@ def initial_parameters(geometry: EncoderGeometry, seed: int, inverse_temperature
             part[...] = np.log(inverse_temperature)
         elif name == "temperature.bias":
             part[...] = bias
+        elif name == "late_interaction.log_scale":
+            part[...] = np.log(late_inverse_temperature)
+        elif name == "late_interaction.bias":
+            part[...] = late_bias
         else:
             rng = np.random.Generator(np.random.Philox(key=[seed, n]))
             part[...] = (rng.standard_normal(part.size) * 0.02).reshape(part.shape)
@@ -114,6 +130,8 @@ class StepBatch:
     ranked_norm: float
     covered: int                 # positions the masked loss reads
     media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
+    late: LateBatch | None = None    # the late-interaction rows and targets, if the run trains it
+    choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
 
     def media_rows(self) -> MediaBatch | None:
         """The media rows, or None when the step packed no media token."""
@@ -127,6 +145,8 @@ class StepLosses:
     total: float
     pooled: np.ndarray | None    # (S, hidden) unit-norm full-width embeddings as scored, if asked
     reconstruction: dict[str, float] = field(default_factory=dict)  # each media modality's mean squared error
+    late_interaction: float = 0.0  # the late-interaction term, weighted
+    choices: float = 0.0         # the choices term over the items that made a choice, unweighted
 
 
 @dataclass
@@ -217,6 +237,81 @@ class MediaBuffers:
 
 
 @dataclass
+class LateBuffers:
+    """The late-interaction head's buffers at capacity (query rows Q, document rows D, segments S): the
+    gathered final states, the token vectors before and after L2 normalisation, MaxSim's maxima and
+    their rows, the scores and pair-loss buffers, and the gradients of each."""
+
+    query_index: Buffer      # (Q,) int32 flat token index of each query row
+    query_segment: Buffer    # (Q,) int32 its segment
+    query_starts: Buffer     # (S,) int32 each segment's first query row
+    query_counts: Buffer     # (S,) int32 and its query rows (0: not a query)
+    document_index: Buffer   # (D,) the same for the document rows
+    document_segment: Buffer
+    document_starts: Buffer
+    document_counts: Buffer
+    query_states: Buffer     # (Q, hidden)
+    document_states: Buffer  # (D, hidden)
+    query_raw: Buffer        # (Q, width) states · token_head
+    document_raw: Buffer
+    query_unit: Buffer       # (Q, width) L2-normalised
+    document_unit: Buffer
+    query_inverse: Buffer    # (Q,) 1/norms
+    document_inverse: Buffer
+    best: Buffer             # (Q, S) MaxSim's maxima
+    arg: Buffer              # (Q, S) int32 the document row of each
+    scores: Buffer           # (S, S)
+    d_scores: Buffer
+    sign: Buffer
+    weight: Buffer
+    temperature: Buffer      # (S, 2)
+    row_losses: Buffer       # (S,)
+    dlog_scale: Buffer
+    dbias: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, query_rows: int, document_rows: int, segments: int, hidden: int,
+                 width: int) -> LateBuffers:
+        d, Q, D, S = device, query_rows, document_rows, segments
+        return cls(query_index=d.empty(Q, np.int32), query_segment=d.empty(Q, np.int32),
+                   query_starts=d.empty(S, np.int32), query_counts=d.empty(S, np.int32),
+                   document_index=d.empty(D, np.int32), document_segment=d.empty(D, np.int32),
+                   document_starts=d.empty(S, np.int32), document_counts=d.empty(S, np.int32),
+                   query_states=d.empty((Q, hidden)), document_states=d.empty((D, hidden)),
+                   query_raw=d.empty((Q, width)), document_raw=d.empty((D, width)),
+                   query_unit=d.empty((Q, width)), document_unit=d.empty((D, width)),
+                   query_inverse=d.empty(Q), document_inverse=d.empty(D), best=d.empty((Q, S)),
+                   arg=d.empty((Q, S), np.int32), scores=d.empty((S, S)), d_scores=d.empty((S, S)),
+                   sign=d.empty((S, S)), weight=d.empty((S, S)), temperature=d.empty((S, 2)), row_losses=d.empty(S),
+                   dlog_scale=d.empty(S), dbias=d.empty(S))
+
+
+@dataclass
+class ChoiceBuffers:
+    """The choices head's buffers for up to C items (each offering at most 256 bytes): the MASK positions,
+    the legal bytes and targets as a tape, the states there, the masked head's logits, the probabilities,
+    losses and gradients."""
+
+    positions: Buffer        # (C,) int32 flat token index of each item's MASK position
+    offsets: Buffer          # (C + 1,) int32
+    choice_bytes: Buffer     # (256·C,) int32
+    targets: Buffer          # (256·C,)
+    probabilities: Buffer    # (256·C,)
+    losses: Buffer           # (C,)
+    states: Buffer           # (C, hidden)
+    d_states: Buffer
+    logits: Buffer           # (C, vocabulary)
+    d_logits: Buffer
+
+    @classmethod
+    def allocate(cls, device: Device, items: int, hidden: int, vocabulary: int) -> ChoiceBuffers:
+        d, C, T = device, items, BYTE_COUNT * items
+        return cls(positions=d.empty(C, np.int32), offsets=d.empty(C + 1, np.int32), choice_bytes=d.empty(T, np.int32),
+                   targets=d.empty(T), probabilities=d.empty(T), losses=d.empty(C), states=d.empty((C, hidden)),
+                   d_states=d.empty((C, hidden)), logits=d.empty((C, vocabulary)), d_logits=d.empty((C, vocabulary)))
+
+
+@dataclass
 class EncoderBuffers:
     """One step geometry's buffers: the tokens, their packed segments, the final-norm states y (and their
     rstd and gradient dy), and the heads the objective has."""
@@ -244,6 +339,10 @@ class EncoderModel(ResidentState):
         self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns)
         self._buffers = RecentCache(self._allocate)
         self._pooling = RecentCache(self._allocate_pooling)
+        self._late = RecentCache(lambda key: LateBuffers.allocate(self.device, *key, geometry.hidden,
+                                                                  geometry.late_width))
+        self._choice_buffers = RecentCache(lambda segments: ChoiceBuffers.allocate(
+            self.device, segments, geometry.hidden, VOCABULARY_SIZE))
         self._last_buffers: EncoderBuffers | None = None
 
     def buffers(self, n: int, columns: int, segments: int) -> EncoderBuffers:
@@ -314,9 +413,11 @@ class EncoderModel(ResidentState):
     # ---- one step ------------------------------------------------------------------------------------
 
     def step_losses(self, batch: StepBatch, *, text_weight: float, with_gradient: bool,
-                    want_pooled: bool = False, media_weights: dict[str, float] | None = None) -> StepLosses:
+                    want_pooled: bool = False, media_weights: dict[str, float] | None = None,
+                    late_weight: float = 0.0, choices_weight: float = 0.0) -> StepLosses:
         """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
-        each media modality's reconstruction weight (by name)."""
+        each media modality's reconstruction weight (by name); late_weight and choices_weight the weights of
+        the late-interaction and choices terms."""
         g = self.geometry
         n, H = batch.tokens.size, g.hidden
         media_weights = media_weights or {}
@@ -331,15 +432,22 @@ class EncoderModel(ResidentState):
         reconstruction = {}
         if g.masked and g.media:
             reconstruction, dy_written = self._reconstruct(buffers, media, media_weights, with_gradient, dy_written)
+        choices = 0.0
+        if batch.choices is not None and batch.choices.count:
+            choices, dy_written = self._choices(buffers, batch.choices, choices_weight, with_gradient, dy_written)
         pooled = None
         if buffers.contrastive is not None:
             contrastive, pooled = self._contrastive(buffers, batch, with_gradient, dy_written, want_pooled)
             dy_written = dy_written or with_gradient
+        late = 0.0
+        if batch.late is not None:
+            late = late_weight * self._late_interaction(buffers, batch, late_weight, with_gradient)
         weight = text_weight if g.masked else 0.0
         total = weight * masked + sum(media_weights.get(name, 0.0) * loss
-                                      for name, loss in reconstruction.items()) + contrastive
+                                      for name, loss in reconstruction.items()) + contrastive + late \
+            + choices_weight * choices
         losses = StepLosses(masked=masked, contrastive=contrastive, total=total, pooled=pooled,
-                            reconstruction=reconstruction)
+                            reconstruction=reconstruction, late_interaction=late, choices=choices)
         if not with_gradient:
             return losses
         if not dy_written:
@@ -473,6 +581,133 @@ class EncoderModel(ResidentState):
         if with_gradient:
             K.pool_backward(buffers.dy, c.dpooled, buffers.token_segments, c.lengths, H, accumulate=accumulate)
         return total * share, pooled
+
+    # ---- late interaction -------------------------------------------------------------------------------
+
+    def _token_vectors(self, y: Buffer, tokens: np.ndarray, index: Buffer, states: Buffer, raw: Buffer, unit: Buffer,
+                       inverse: Buffer) -> None:
+        """The unit token vectors of the final states y at the flat token indices `tokens`: gathered into
+        states, projected by the token head into raw, L2-normalised into unit (1/norms in inverse)."""
+        H, W, n = self.geometry.hidden, self.geometry.late_width, tokens.size
+        if n == 0:
+            return
+        index.view(0, n).write(tokens)
+        K.gather_rows(states.view(0, (n, H)), y, index.view(0, n), H)
+        K.gemm(raw.view(0, (n, W)), states.view(0, (n, H)), self.weights["late_interaction.token_head"], n, W, H)
+        K.l2_normalize_forward(unit.view(0, (n, W)), inverse.view(0, n), raw.view(0, (n, W)), W, W)
+
+    def _late_interaction(self, buffers: EncoderBuffers, batch: StepBatch, weight: float,
+                          with_gradient: bool) -> float:
+        """The late-interaction term before its weight (docs/encoder.md): unit token vectors of the query and
+        document rows, hard MaxSim scores between every query and document segment, and the pair loss of
+        their scaled and biased scores against the late-interaction targets; with_gradient writes the token
+        head's and temperatures' gradients and adds the states' gradient (times weight) into dy."""
+        g, late = self.geometry, batch.late
+        H, W, S = g.hidden, g.late_width, len(batch.segment_starts)
+        b = self._late((*g.late_rows, S))
+        Q, D = late.query_tokens.size, late.document_tokens.size
+        self._token_vectors(buffers.y, late.query_tokens, b.query_index, b.query_states, b.query_raw, b.query_unit,
+                            b.query_inverse)
+        self._token_vectors(buffers.y, late.document_tokens, b.document_index, b.document_states, b.document_raw,
+                            b.document_unit, b.document_inverse)
+        names = ("late_interaction.token_head", "late_interaction.log_scale", "late_interaction.bias")
+        if Q == 0 or D == 0 or not late.sign.any():
+            if with_gradient:
+                for name in names:
+                    K.fill(self.weight_grads[name], 0.0)
+            return 0.0
+        for buffer, values in ((b.query_segment, late.query_segment), (b.document_segment, late.document_segment)):
+            buffer.view(0, values.size).write(values)
+        for buffer, values in ((b.query_starts, late.query_starts), (b.query_counts, late.query_counts),
+                               (b.document_starts, late.document_starts), (b.document_counts, late.document_counts),
+                               (b.sign, late.sign), (b.weight, late.weight)):
+            buffer.write(values)
+        query_unit, document_unit = b.query_unit.view(0, (Q, W)), b.document_unit.view(0, (D, W))
+        arg = b.arg.view(0, (Q, S))
+        K.maxsim_forward(b.best.view(0, (Q, S)), arg, query_unit, document_unit, b.document_starts,
+                         b.document_counts, W)
+        K.maxsim_scores(b.scores, b.best.view(0, (Q, S)), b.query_starts, b.query_counts, b.document_counts)
+        groups = buffers.contrastive.groups
+        K.row_temperature(b.temperature, self.weights["late_interaction.log_scale"],
+                          self.weights["late_interaction.bias"], groups)
+        K.pair_loss(b.row_losses, b.d_scores, b.dlog_scale, b.dbias, b.scores, b.sign, b.weight, b.temperature,
+                    form=late.form, ranked_norm=late.ranked_norm, grad_scale=weight)
+        loss = float(np.sum(b.row_losses.numpy(), dtype=np.float64))
+        if not with_gradient:
+            return loss
+        K.group_sums(self.weight_grads["late_interaction.log_scale"], b.dlog_scale, groups)
+        K.group_sums(self.weight_grads["late_interaction.bias"], b.dbias, groups)
+        # The unit vectors' gradients land in the *_raw buffers' partners: reuse the states' gradient space.
+        d_query_unit, d_document_unit = b.query_raw.view(0, (Q, W)), b.document_raw.view(0, (D, W))
+        K.maxsim_backward(d_query_unit, d_document_unit, b.d_scores, arg, query_unit, document_unit,
+                          b.query_segment.view(0, Q), b.document_segment.view(0, D), W)
+        head, d_head = self.weights["late_interaction.token_head"], self.weight_grads["late_interaction.token_head"]
+        for k, (n, index, states, d_unit, unit, inverse) in enumerate((
+                (Q, b.query_index, b.query_states, d_query_unit, query_unit, b.query_inverse),
+                (D, b.document_index, b.document_states, d_document_unit, document_unit, b.document_inverse))):
+            # d_unit → d_raw in place (the raw vectors are not read again), then the head and the states.
+            K.l2_normalize_backward(d_unit, d_unit, unit, inverse.view(0, n), W, W)
+            K.gemm(d_head, states.view(0, (n, H)), d_unit, H, W, n, transpose_a=True, accumulate=k > 0)
+            d_states = states.view(0, (n, H))
+            K.gemm(d_states, d_unit, head, n, H, W, transpose_b=True)
+            K.scatter_rows(buffers.dy, d_states, index.view(0, n), H, accumulate=True)
+        return loss
+
+    # ---- calibrated choices -------------------------------------------------------------------------------
+
+    def _choice_logits(self, buffers: EncoderBuffers, choices: ChoiceBatch) -> ChoiceBuffers:
+        """The masked head's logits at each choosing item's MASK position, with its legal bytes uploaded."""
+        H, C, total = self.geometry.hidden, choices.count, choices.choice_bytes.size
+        b = self._choice_buffers(choices.capacity)
+        b.positions.view(0, C).write(choices.positions)
+        b.offsets.view(0, C + 1).write(choices.offsets)
+        b.choice_bytes.view(0, total).write(choices.choice_bytes)
+        K.gather_rows(b.states.view(0, (C, H)), buffers.y, b.positions.view(0, C), H)
+        K.gemm(b.logits.view(0, (C, VOCABULARY_SIZE)), b.states.view(0, (C, H)), self.weights["masked_head"], C,
+               VOCABULARY_SIZE, H)
+        return b
+
+    def _choices(self, buffers: EncoderBuffers, choices: ChoiceBatch, weight: float, with_gradient: bool,
+                 dy_written: bool) -> tuple[float, bool]:
+        """The choices term before its weight: the mean over the choosing items of the soft-target
+        cross-entropy of the masked head's softmax over their legal bytes; with_gradient adds its gradient
+        (times weight) into the masked head's gradient and dy."""
+        H, V, C, total = self.geometry.hidden, VOCABULARY_SIZE, choices.count, choices.choice_bytes.size
+        b = self._choice_logits(buffers, choices)
+        b.targets.view(0, total).write(choices.targets)
+        losses, d_logits = b.losses.view(0, C), b.d_logits.view(0, (C, V))
+        K.choice_loss(b.probabilities.view(0, total), losses, d_logits if with_gradient else None,
+                      b.logits.view(0, (C, V)), b.offsets.view(0, C + 1), b.choice_bytes.view(0, total),
+                      b.targets.view(0, total), grad_scale=weight / C)
+        loss = float(np.sum(losses.numpy(), dtype=np.float64) / C)
+        if not with_gradient:
+            return loss, dy_written
+        if not dy_written:
+            K.fill(buffers.dy, 0.0)
+        states, d_states = b.states.view(0, (C, H)), b.d_states.view(0, (C, H))
+        K.gemm(self.weight_grads["masked_head"], states, d_logits, H, V, C, transpose_a=True, accumulate=True)
+        K.gemm(d_states, d_logits, self.weights["masked_head"], C, H, V, transpose_b=True)
+        K.scatter_rows(buffers.dy, d_states, b.positions.view(0, C), H, accumulate=True)
+        return loss, True
+
+    def choice_probabilities(self, batch: StepBatch) -> np.ndarray:
+        """Forward only: each choosing item's probabilities over its legal bytes, as one float32 tape."""
+        buffers, _ = self._forward(batch)
+        choices = batch.choices
+        total = choices.choice_bytes.size
+        b = self._choice_logits(buffers, choices)
+        C = choices.count
+        K.choice_loss(b.probabilities.view(0, total), None, None, b.logits.view(0, (C, VOCABULARY_SIZE)),
+                      b.offsets.view(0, C + 1), b.choice_bytes.view(0, total), None)
+        return b.probabilities.view(0, total).numpy()
+
+    def late_token_vectors(self, batch: StepBatch, tokens: np.ndarray) -> np.ndarray:
+        """Forward only: the unit token vectors (rows, width) float32 at the flat token indices `tokens`."""
+        buffers, _ = self._forward(batch)
+        b = self._late((max(tokens.size, 1), 1, len(batch.segment_starts)))
+        self._token_vectors(buffers.y, tokens, b.query_index, b.query_states, b.query_raw, b.query_unit,
+                            b.query_inverse)
+        return b.query_unit.view(0, (tokens.size, self.geometry.late_width)).numpy()
 
     def masked_predictions(self) -> np.ndarray:
         """The argmax byte of the last forward's masked-head logits at every position (ties: lowest id)."""

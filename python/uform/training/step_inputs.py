@@ -14,8 +14,9 @@ the array and the item at fault:
   content that is neither bytes nor str, an empty text (it would pool
   zero positions), a temperature group at or past the run's count, an item
   offering more choices than the batch allows or one byte twice, targets that are
-  negative or do not sum to one, ``choice_targets`` without ``choices`` or the
-  reverse, and every relations error :func:`check_relations` names.
+  negative or do not sum to one within 1e-5, choices offered by an item that is not text,
+  ``choice_targets`` without ``choices`` or the reverse, and every relations error
+  :func:`check_relations` names.
 
 An empty per-item array means its default, as the seed says: every item its own
 bag, every item in temperature group zero, every side ``NONE``, no choices.
@@ -25,7 +26,7 @@ choice, and its targets entry is empty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,8 +36,8 @@ from .errors import ErrorCode, UFormError
 from .relations import Relations, check_relations, edge_owners
 from .tapes import as_float_entries, as_text, as_texts, entries
 
-CHOICE_TARGET_TOLERANCE = 1e-3
-"""How far an item's choice targets may sum from one, for float32 rounding."""
+CHOICE_TARGET_TOLERANCE = 1e-5
+"""How far an item's choice targets may sum from one (their float64 sum), for float32 rounding."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,13 +67,17 @@ class StepInputs:
     """The scalar type the pooled embeddings land as, read only with an arena."""
 
     def subset(self, items: np.ndarray) -> StepInputs:
-        """These items alone (indices into this step's), each its own bag, with no relations or choices:
-        what embedding them reads."""
+        """These items alone (indices into this step's), each its own bag, with their choices (and targets) but
+        no relations: what embedding them, or choosing after them, reads."""
         count = len(items)
+        begins, ends = self.choice_offsets[items].astype(np.int64), self.choice_offsets[items + 1].astype(np.int64)
+        counts = ends - begins
+        entries = np.repeat(begins - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
         return StepInputs(modalities=self.modalities[items], contents=[self.contents[i] for i in items],
                           bags=np.arange(count, dtype=np.uint32), temperature_groups=self.temperature_groups[items],
-                          sides=self.sides[items], choice_offsets=np.zeros(count + 1, np.uint64),
-                          choice_bytes=np.empty(0, np.uint8), choice_targets=np.empty(0, np.float32),
+                          sides=self.sides[items], choice_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
+                          choice_bytes=self.choice_bytes[entries],
+                          choice_targets=self.choice_targets[entries] if self.choice_targets.size else self.choice_targets,
                           relations=None, outputs_scalar=self.outputs_scalar)
 
 
@@ -105,11 +110,7 @@ def _check_modalities(modalities: np.ndarray, enabled: frozenset) -> None:
 def _check_choice_values(owners: np.ndarray, data: np.ndarray, probabilities: np.ndarray,
                          counts: np.ndarray) -> None:
     """Each item's legal bytes distinct, its targets finite, non-negative and summing to one."""
-    order = np.lexsort((data, owners))
-    repeated = np.flatnonzero((owners[order][1:] == owners[order][:-1]) & (data[order][1:] == data[order][:-1]))
-    if repeated.size:
-        k = order[repeated[0]]
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choices: item {owners[k]} offers byte {data[k]:#04x} twice")
+    _repeated_bytes(owners, data)
     k = first_not_finite_non_negative(probabilities)
     if k is not None:
         raise UFormError(ErrorCode.INVALID_ARGUMENT,
@@ -120,6 +121,27 @@ def _check_choice_values(owners: np.ndarray, data: np.ndarray, probabilities: np
     if off.size:
         item = int(off[0])
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choice_targets: item {item} sums to {sums[item]:.6g}, not 1")
+
+
+def _repeated_bytes(owners: np.ndarray, data: np.ndarray) -> None:
+    """Refuses an item offering one byte twice."""
+    order = np.lexsort((data, owners))
+    repeated = np.flatnonzero((owners[order][1:] == owners[order][:-1]) & (data[order][1:] == data[order][:-1]))
+    if repeated.size:
+        k = order[repeated[0]]
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choices: item {owners[k]} offers byte {data[k]:#04x} twice")
+
+
+def check_choose_inputs(texts, choices) -> StepInputs:
+    """``text_choose``'s inputs, checked: a text per item (as ``contents``, never empty) and its legal bytes (as
+    ``choices``; an item offering none gets an empty entry back), each byte offered once."""
+    inputs = check_step_inputs([Modality.TEXT] * len(entries("texts", texts)), texts)
+    legal = as_texts("choices", choices, len(inputs.contents))
+    counts = np.fromiter(map(len, legal), np.int64, count=len(legal))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64)
+    data = np.frombuffer(b"".join(legal), np.uint8)
+    _repeated_bytes(edge_owners(offsets), data)
+    return replace(inputs, choice_offsets=offsets, choice_bytes=data)
 
 
 def _choices(choices, choice_targets, item_count: int, max_choices_per_item: int):
@@ -190,6 +212,11 @@ def check_step_inputs(modalities, contents, *, bags=None, temperature_groups=Non
     side_values = _enum_values("sides", sides, item_count, LateInteractionSide)
     choice_offsets, choice_bytes, choice_probabilities = _choices(choices, choice_targets, item_count,
                                                                   max_choices_per_item)
+    not_text = np.flatnonzero((np.diff(choice_offsets.astype(np.int64)) > 0) & (modality_values != Modality.TEXT))
+    if not_text.size:
+        item = int(not_text[0])
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"choices: item {item} is {Modality(modality_values[item]).name}; "
+                         "only text items make choices")
     if relations is not None and not isinstance(relations, Relations):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"relations: expected Relations, got {type(relations).__name__}")
     check_relations(relations, item_count, max_edges_per_device)

@@ -86,3 +86,24 @@ def as_texts(name: str, value, item_count: int | None = None) -> list[bytes]:
 def as_float_entries(name: str, value, item_count: int) -> list[np.ndarray]:
     """Each item's float32 entries."""
     return [as_float32(f"{name} item {item}", entry) for item, entry in enumerate(_entries(name, value, item_count))]
+
+
+class RowsTape(np.ndarray):
+    """A float32 tape as ``text_choose`` answers it: the array holds every item's entries back to back, and
+    ``offsets`` (uint64, the items plus one) says where each begins, so ``(tape, tape.offsets)`` is the
+    ``(data, offsets)`` form ``choice_targets`` takes. A slice or a copy of the array is a plain array of
+    entries, with no offsets."""
+
+    offsets: np.ndarray | None
+
+    def __new__(cls, data: np.ndarray, offsets: np.ndarray) -> RowsTape:
+        tape = np.asarray(data, np.float32).view(cls)
+        tape.offsets = np.asarray(offsets, np.uint64)
+        return tape
+
+    def __array_finalize__(self, obj) -> None:
+        self.offsets = None
+
+    def entry(self, item: int) -> np.ndarray:
+        """Item `item`'s entries, as a plain float32 array."""
+        return np.asarray(self)[int(self.offsets[item]):int(self.offsets[item + 1])]

@@ -15,8 +15,10 @@ all dropped by packing), or whose loss or gradient is not finite, is refused bef
 the update and the step count are applied whole even under Ctrl-C. Every public method holds the
 trainer's lock, so calls from several threads run one at a time (``docs/guarantees.md``). ``trainer.on(executor)`` answers a receiver
 whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
-Not yet supported, each refused with ``UNSUPPORTED`` naming what: a mesh (several processes),
-several devices per executor, late interaction and choices with a positive weight. ``close()``
+A positive ``late_interaction.weight`` trains the token head on the items whose ``sides`` name them
+queries or documents; a positive ``choices.weight`` trains the masked head's distribution over each
+choosing item's legal bytes (``text_choose`` reads it back). Not yet supported, each refused with
+``UNSUPPORTED`` naming what: a mesh (several processes), several devices per executor. ``close()``
 stops the trainer's threads.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import replace
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -38,18 +41,20 @@ from . import checkpoint
 from .arena import Arena
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
 from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
-from .enums import Modality, Objective, PairLossForm, Scalar
+from .enums import LateInteractionSide, Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
 from ..media.pool import DecodePool
 from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, PreparedMedia, media_geometry,
                          media_tokens, place_media, submit_items)
+from .choices import choice_batch, choice_state
+from .late_interaction import QUERY_BIT, late_batch, late_targets, side_rows
 from .packing import pack_items
 from .relations import Relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
-from .step_inputs import StepInputs, check_step_inputs
-from .tapes import entries
+from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
+from .tapes import RowsTape, entries
 from .vocabulary import IGNORED_TARGET
 
 
@@ -97,13 +102,11 @@ class Trainer:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
         run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule)
-        if run.late_interaction.weight > 0:
-            raise UFormError(ErrorCode.UNSUPPORTED, "late_interaction.weight: late interaction is not supported yet")
-        if run.choices.weight > 0:
-            raise UFormError(ErrorCode.UNSUPPORTED, "choices.weight: calibrated choices are not supported yet")
+        late = run.late_interaction
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
                                    objective=run.objective, max_columns=run.batch.max_columns_per_row,
-                                   media=media_geometry(run.batch))
+                                   media=media_geometry(run.batch), late_width=late.width if late.weight > 0 else 0,
+                                   late_rows=(late.max_query_tokens_per_device, late.max_document_tokens_per_device))
         registry = encoder_registry(geometry)
         run_text = checkpoint.run_json(run)
         if resume is not None:
@@ -115,7 +118,7 @@ class Trainer:
         else:
             contrastive_run = run.contrastive
             state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
-                                                          contrastive_run.bias))
+                                                          contrastive_run.bias, late.inverse_temperature, late.bias))
             step = 0
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
         model = EncoderModel(executor.devices[0], geometry, state, widths, training=training)
@@ -225,7 +228,9 @@ class Trainer:
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
             want_pooled = arena is not None and run.objective != Objective.MASKED
             losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True,
-                                             want_pooled=want_pooled, media_weights=self._media_weights())
+                                             want_pooled=want_pooled, media_weights=self._media_weights(),
+                                             late_weight=run.late_interaction.weight,
+                                             choices_weight=run.choices.weight)
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
@@ -243,6 +248,7 @@ class Trainer:
                 stats.masked_image_loss = losses.reconstruction.get("image", 0.0)
                 stats.masked_video_loss = losses.reconstruction.get("video", 0.0)
                 stats.masked_audio_loss = losses.reconstruction.get("audio", 0.0)
+                stats.late_interaction_loss, stats.choices_loss = losses.late_interaction, losses.choices
                 media_truncated = batch.media.truncated if batch.media is not None else 0
                 stats.truncated, stats.dropped = packed.truncated + media_truncated, self._dropped_unread
                 self._dropped_unread = 0
@@ -325,25 +331,86 @@ class Trainer:
                 pending = pending[packed.segment_of_item < 0]
             return embeddings
 
+    def text_choose(self, texts, choices, /) -> RowsTape:
+        """The model's distribution over each text's legal bytes (``choices``, as a step takes them) at the
+        position after the text: the masked head at an appended MASK, its softmax over those bytes alone.
+        Answers a float32 RowsTape shaped as `choices` (an item offering none gets an empty entry), so
+        ``(probabilities, probabilities.offsets)`` feeds a step's ``choice_targets``. Any number of texts,
+        packed a batch at a time, uncorrupted; a text longer than a row keeps its last bytes."""
+        with self._device_call():
+            if self._run.objective == Objective.CONTRASTIVE:
+                raise UFormError(ErrorCode.UNSUPPORTED, "text_choose: a CONTRASTIVE run has no masked head to "
+                                                        "choose with")
+            inputs = check_choose_inputs(texts, choices)
+            offsets = inputs.choice_offsets.astype(np.int64)
+            probabilities = np.zeros(inputs.choice_bytes.size, np.float32)
+            pending = np.flatnonzero(np.diff(offsets) > 0)
+            while pending.size:
+                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, choosing=True)
+                answered = self._model.choice_probabilities(batch)
+                within = batch.choices.offsets
+                for k, item in enumerate(pending[batch.choices.items]):
+                    probabilities[offsets[item]:offsets[item + 1]] = answered[within[k]:within[k + 1]]
+                pending = pending[packed.segment_of_item < 0]
+            return RowsTape(probabilities, inputs.choice_offsets)
+
+    def encode_tokens(self, modalities, contents, /, *, side=LateInteractionSide.DOCUMENT) -> list[np.ndarray]:
+        """The unit token vectors the late-interaction loss scores, uncorrupted: per item a float32 (rows, width)
+        array, its every position for a DOCUMENT, its first ``max_query_span`` for a QUERY. Score a query
+        against documents with ``uform.maxsim``. An item's vectors are the same alone or among others."""
+        with self._device_call():
+            run = self._run
+            if run.late_interaction.weight <= 0:
+                raise UFormError(ErrorCode.UNSUPPORTED, "encode_tokens: the run trains no token head "
+                                                        "(late_interaction.weight is 0)")
+            if side not in (LateInteractionSide.QUERY, LateInteractionSide.DOCUMENT):
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"side: QUERY or DOCUMENT, got {side!r}")
+            inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
+            vectors = [None] * len(inputs.contents)
+            prepared = submit_items(inputs.modalities, inputs.contents, run.batch, self._pool).result()
+            pending = np.arange(len(inputs.contents))
+            while pending.size:
+                ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(pending) if int(item) in prepared})
+                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, decoded=ready)
+                sides = np.full(packed.segment_count, int(side), np.int32)
+                rows = side_rows(packed, sides, run.late_interaction.max_query_span)[0 if side == LateInteractionSide.QUERY else 1]
+                tokens, _, starts, counts = rows
+                found = self._model.late_token_vectors(batch, tokens)
+                for segment, item in enumerate(pending[packed.item_of_segment]):
+                    vectors[item] = found[starts[segment]:starts[segment] + counts[segment]]
+                pending = pending[packed.segment_of_item < 0]
+            return vectors
+
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
-                   decoded: PendingMedia | PreparedMedia | None = None):
+                   decoded: PendingMedia | PreparedMedia | None = None, choosing: bool | None = None):
         """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
-        one step's items on the host: (StepBatch, Packed)."""
+        one step's items on the host: (StepBatch, Packed). `choosing`: whether the items offering choices are
+        states to choose after (default: when the run trains choices); a step's choices carry their targets."""
         run = self._run
         shape = run.batch
+        columns = shape.max_columns_per_row
         if decoded is None:
             decoded = submit_items(inputs.modalities, inputs.contents, shape, self._pool)
         media_items = decoded.result()
-        contents = [media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
-                    if i in media_items else content for i, content in enumerate(inputs.contents)]
+        choosing = run.choices.weight > 0 if choosing is None else choosing
+        chooses = np.diff(inputs.choice_offsets.astype(np.int64)) > 0 if choosing else \
+            np.zeros(len(inputs.contents), bool)
+        contents, cut = [], 0
+        for i, content in enumerate(inputs.contents):
+            if i in media_items:
+                content = media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
+            elif chooses[i]:
+                content, was_cut = choice_state(content, columns)
+                cut += was_cut
+            contents.append(content)
         packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
-                            shape.max_columns_per_row, shape.max_segments_per_device, shape.max_bags_per_device)
-        columns = shape.max_columns_per_row
+                            columns, shape.max_segments_per_device, shape.max_bags_per_device)
         masking = run.masking if corrupted and run.objective != Objective.CONTRASTIVE else None
         if masking is None:
             tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
         else:
-            text_segments = inputs.modalities[packed.item_of_segment] == Modality.TEXT
+            items = packed.item_of_segment
+            text_segments = (inputs.modalities[items] == Modality.TEXT) & ~chooses[items]
             tokens, targets = corrupt(packed, masking, self._seed, step, text_segments=text_segments)
         positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
         media = None
@@ -355,14 +422,25 @@ class Trainer:
                                     run.contrastive.ambient_repulsion_weight)
         sign, weight = sign[np.ix_(items, items)], weight[np.ix_(items, items)].astype(np.float64)
         form, folded, ranked_norm = fold_normalisation(run.contrastive.pair_loss, sign, weight)
+        late = None
+        if run.late_interaction.weight > 0:
+            late_sign, late_weight = late_targets(sign, weight, inputs.sides[items])
+            late_form, late_folded, late_norm = fold_normalisation(
+                run.late_interaction.pair_loss, late_sign, late_weight,
+                anchors=int(np.count_nonzero(inputs.sides[items] & QUERY_BIT)))
+            late = late_batch(packed, inputs.sides, run.late_interaction, late_sign.astype(np.float32),
+                              late_folded, late_form, late_norm)
+        choices = choice_batch(packed, chooses, inputs.choice_offsets, inputs.choice_bytes,
+                               inputs.choice_targets if inputs.choice_targets.size else None,
+                               shape.max_segments_per_device) if chooses.any() else None
         batch = StepBatch(
             tokens=tokens, targets=targets, positions=positions, token_segments=packed.segment_ids,
             segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
             segment_lengths=packed.segment_length.astype(np.int32),
             groups=inputs.temperature_groups[items].astype(np.int32), sign=sign.astype(np.float32),
             weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)),
-            media=media)
-        return batch, packed
+            media=media, late=late, choices=choices)
+        return batch, replace(packed, truncated=packed.truncated + cut) if cut else packed
 
     # ---- save ----------------------------------------------------------------------------------------------------
 
@@ -377,10 +455,12 @@ class Trainer:
                              run=checkpoint.run_json(self._run), progress=progress, progress_steps=progress_steps)
 
 
-def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray) -> tuple[int, np.ndarray, float]:
+def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,
+                       anchors: int | None = None) -> tuple[int, np.ndarray, float]:
     """Each form's normalisation (docs/encoder.md) folded into float32 pair weights, on the host in float64:
-    SIGMOID w/S; BALANCED w/Σw of its half; RANKED keeps w and answers 1/Σ_i (Σ_p w)(Σ_n w)."""
-    count = sign.shape[0]
+    SIGMOID w/A (A the anchors: every segment for the pooled term, the queries for late interaction);
+    BALANCED w/Σw of its half; RANKED keeps w and answers 1/Σ_i (Σ_p w)(Σ_n w)."""
+    count = sign.shape[0] if anchors is None else anchors
     attract, repel = sign > 0, sign < 0
     if form == PairLossForm.RANKED:
         pairs = float(np.sum(np.where(attract, weight, 0).sum(1) * np.where(repel, weight, 0).sum(1)))
