@@ -9,8 +9,9 @@ seed. ``Encoder.load`` rebuilds that run from the file and resumes it on the exe
 so nothing has to be restated, and ``encode`` is the saving trainer's ``Trainer.encode``
 (docs/encoder.md, "Embedding items"): the same bits for the same items, on the CPU and on a GPU.
 
-The model has no late-interaction or choice heads (a run that asks for them is refused today),
-so an encoder answers pooled embeddings only.
+Where the run trained them, the heads beyond pooling answer too: ``encode_tokens`` the unit token
+vectors late interaction scores (``uform.maxsim`` scores them), ``text_choose`` the masked head's
+distribution over legal bytes (any run with a masked head).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from .executor import Executor, default_executor, executor_from
 from .training import checkpoint
 from .training.config import (AudioShape, BatchShape, Choices, Contrastive, ImageShape, LateInteraction, Masking,
                               Schedule, VideoShape)
-from .training.enums import Modality, Negatives, Objective, PairLossForm
+from .training.enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm
 from .training.errors import ErrorCode, UFormError
+from .training.tapes import RowsTape
 from .training.trainer import Trainer
 
 DEFAULT_BATCH_SIZE = 4096
@@ -128,3 +130,15 @@ class Encoder:
         chunks = [self._trainer.encode(modalities[start:start + batch_size], contents[start:start + batch_size],
                                        width=width) for start in range(0, len(contents), batch_size)]
         return np.concatenate(chunks) if chunks else self._trainer.encode([], [], width=width)
+
+    def encode_tokens(self, modalities, contents, /, *, side=LateInteractionSide.DOCUMENT) -> list[np.ndarray]:
+        """The unit token vectors of each item (``Trainer.encode_tokens`` of the saving trainer): every position
+        of a DOCUMENT, the first ``max_query_span`` of a QUERY; for a run that trained late interaction."""
+        contents = list(contents)
+        modalities = [modalities] * len(contents) if isinstance(modalities, Modality) else list(modalities)
+        return self._trainer.encode_tokens(modalities, contents, side=side)
+
+    def text_choose(self, texts, choices, /) -> RowsTape:
+        """The distribution over each text's legal bytes at the position after it (``Trainer.text_choose`` of the
+        saving trainer): a float32 RowsTape that a step takes back as ``choice_targets``."""
+        return self._trainer.text_choose(texts, choices)
