@@ -164,3 +164,47 @@ def test_loaded_encoder_on_the_gpu_embeds_as_the_cpu_trainer(tmp_path):
     crowd = [f"member {i} of a crowd of others" for i in range(100)]
     among = encoder.encode(uform.Modality.TEXT, crowd[:61] + texts[2:3] + crowd[61:], batch_size=16)
     assert same_bits(among[61:62], on_gpu[2:3])
+
+
+def test_late_interaction_and_choices_training_bits_match_cpu(tmp_path):
+    """10 JOINT steps with late interaction (every side) and calibrated choices on the CPU and on the GPU:
+    bit-identical checkpoint tensors; a run saved at step 5 and resumed on the GPU ends bit-identical; and
+    text_choose and encode_tokens give the CPU's bits."""
+    from safetensors.numpy import load_file
+
+    sides = [uform.LateInteractionSide(i % 4) for i in range(12)]
+    texts = [f"state {i}: {'uvwxyz'[i % 6] * (i % 4 + 2)} then {i * 29 % 83}" for i in range(12)]
+    choices = ["yn", "", "abc", "0123", "", "xy"] * 2
+    targets = [np.float32(t) for t in ([0.7, 0.3], [], [0.2, 0.3, 0.5], [0.4, 0.3, 0.2, 0.1], [], [1.0, 0.0])] * 2
+
+    def run(executor, steps, resume=None):
+        trainer = uform.Trainer.init_vram(
+            uform.Executor.for_ram() if executor == "cpu" else uform.Executor.for_vram([0]), resume=resume,
+            depth=2, hidden=128, objective=uform.Objective.JOINT,
+            batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=12, max_columns_per_row=64,
+                                   max_choices_per_item=4),
+            contrastive=uform.Contrastive(temperature_groups=2),
+            late_interaction=uform.LateInteraction(weight=0.5, width=32, max_query_span=6),
+            choices=uform.Choices(weight=0.5), schedule=uform.Schedule(steps=10, learning_rate=2e-3), seed=17)
+        for step in range(trainer.completed_steps, steps):
+            order = np.roll(np.arange(12), step)
+            trainer.step([uform.Modality.TEXT] * 12, [texts[i] for i in order], sides=[sides[i] for i in order],
+                         temperature_groups=[i % 2 for i in order], choices=[choices[i] for i in order],
+                         choice_targets=[targets[i] for i in order],
+                         relations=uform.Relations(attract=(np.arange(13), np.argsort(order)[[i ^ 1 for i in order]])))
+        path = tmp_path / f"{executor}-{steps}-{resume is not None}.safetensors"
+        trainer.save(path)
+        return path, trainer
+
+    (cpu_path, cpu), (gpu_path, gpu) = run("cpu", 10), run("gpu", 10)
+    tensors = [load_file(cpu_path), load_file(gpu_path)]
+    assert "late_interaction.token_head" in tensors[0]
+    for name in tensors[0]:
+        assert same_bits(tensors[0][name], tensors[1][name]), name
+    resumed = load_file(run("gpu", 10, resume=run("gpu", 5)[0])[0])
+    for name in resumed:
+        assert same_bits(resumed[name], tensors[1][name]), name
+    assert same_bits(np.asarray(cpu.text_choose(texts, choices)), np.asarray(gpu.text_choose(texts, choices)))
+    for ours, theirs in zip(cpu.encode_tokens([uform.Modality.TEXT] * 12, texts),
+                            gpu.encode_tokens([uform.Modality.TEXT] * 12, texts)):
+        assert same_bits(ours, theirs)
