@@ -368,7 +368,7 @@ def case_maxsim(device: uform.Device, seed: int, segments: int, width: int):
     K.maxsim_forward(best, arg, q_buffer, d_buffer, device.put(document_starts), device.put(document_counts), width)
     K.maxsim_scores(scores, best, device.put(query_starts), device.put(query_counts), device.put(document_counts))
     K.maxsim_backward(dq, dd, device.put(d_scores), arg, q_buffer, d_buffer, device.put(query_segment),
-                      device.put(document_segment), width)
+                      device.put(document_segment), segments, width)
 
     sim = f64(queries) @ f64(documents).T
     ref_arg = np.full((Nq, segments), -1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import time
 from collections import defaultdict
 
@@ -511,11 +510,11 @@ def maxsim_scores(scores: Buffer, best: Buffer, query_starts: Buffer, query_coun
 
 
 def maxsim_backward(d_queries: Buffer, d_documents: Buffer, d_scores: Buffer, arg: Buffer, queries: Buffer,
-                    documents: Buffer, query_segment: Buffer, document_segment: Buffer, width: int) -> None:
+                    documents: Buffer, query_segment: Buffer, document_segment: Buffer, segments: int,
+                    width: int) -> None:
     """The gradients at the query and document rows: each maximum's gradient goes to the row that attained
     it."""
     query_rows, document_rows = query_segment.size, document_segment.size
-    segments = math.isqrt(d_scores.size)
     _expect(d_scores, "d_scores", segments * segments)
     _expect(arg, "arg", query_rows * segments, np.int32)
     _expect(d_queries, "d_queries", query_rows * width)

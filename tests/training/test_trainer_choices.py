@@ -29,6 +29,27 @@ def test_choice_gradients_match_float64_reference(objective):
     assert_gradients_match(trainer, gradient, expected)
 
 
+def test_choosing_items_are_packed_uncorrupted_with_the_mask_appended():
+    trainer = choosing_trainer()
+    inputs = uform.training.check_step_inputs(
+        [uform.Modality.TEXT] * 8, CONTENTS, choices=CHOICES, choice_targets=[np.float32(t) for t in TARGETS],
+        max_choices_per_item=4)
+    batch, packed = trainer.step_batch(inputs, False, step=1)
+    tokens, targets = batch.tokens.reshape(-1), batch.targets.reshape(-1)
+    for segment, item in enumerate(packed.item_of_segment):
+        begin = int(packed.segment_row[segment]) * 48 + int(packed.segment_start[segment])
+        shown = tokens[begin:begin + int(packed.segment_length[segment])]
+        text = np.frombuffer(CONTENTS[item].encode(), np.uint8)
+        if CHOICES[item]:
+            assert shown.tolist() == text[-47:].tolist() + [uform.training.MASK]
+            assert (targets[begin:begin + shown.size] == -1).all()
+        else:
+            assert (targets[begin:begin + shown.size] >= 0).any()  # the others are corrupted as usual
+    assert batch.choices.positions.tolist() == [
+        int(packed.segment_row[s]) * 48 + int(packed.segment_start[s]) + int(packed.segment_length[s]) - 1
+        for s, item in enumerate(packed.item_of_segment) if CHOICES[item]]
+
+
 def test_a_step_reports_the_unweighted_term_and_cuts_long_states_at_the_head():
     trainer = choosing_trainer()
     stats = uform.TrainerStepStats()
@@ -58,13 +79,20 @@ def test_text_choose_answers_a_tape_that_trains_another_model(tmp_path):
     crowd = [f"another state number {i}" for i in range(30)]
     among = trainer.text_choose(crowd[:11] + CONTENTS[3:4] + crowd[11:], [""] * 11 + ["0123"] + ["yn"] * 19)
     assert np.array_equal(among.entry(11), probabilities.entry(3))
+    assert np.array_equal(trainer.text_choose(iter(CONTENTS), iter(CHOICES)), probabilities)
+    empty = trainer.text_choose([b""], ["yn"])
+    assert empty.shape == (2,) and abs(float(empty.sum()) - 1) < 1e-6
+    copied = probabilities.copy()
+    assert np.array_equal(copied.offsets, probabilities.offsets)
+    assert type(probabilities[1:3]) is np.ndarray
     trainer.save(tmp_path / "teacher.safetensors")
     loaded = uform.Encoder.load(tmp_path / "teacher.safetensors", executor="cpu")
     assert np.array_equal(loaded.text_choose(CONTENTS, CHOICES), probabilities)
     student = choosing_trainer(seed=9)
     student.step([uform.Modality.TEXT] * 8, CONTENTS, relations=PAIRS, choices=CHOICES,
                  choice_targets=(probabilities, probabilities.offsets))
-    assert student.completed_steps == 1
+    student.step([uform.Modality.TEXT] * 8, CONTENTS, relations=PAIRS, choices=CHOICES, choice_targets=probabilities)
+    assert student.completed_steps == 2
 
 
 def test_distillation_brings_the_student_to_the_teacher():
@@ -146,3 +174,16 @@ def test_choices_need_the_masked_head():
         choosing_trainer(uform.Objective.CONTRASTIVE)
     with pytest.raises(uform.UFormError, match="text_choose: a CONTRASTIVE run has no masked head"):
         tiny(uform.Objective.CONTRASTIVE).text_choose(["a"], ["ab"])
+
+
+def test_evaluate_reports_the_step_losses_of_both_terms():
+    trainer = tiny(choices=uform.Choices(weight=0.5), max_choices_per_item=4,
+                   late_interaction=uform.LateInteraction(weight=0.7, width=16))
+    Q, D = uform.LateInteractionSide.QUERY, uform.LateInteractionSide.DOCUMENT
+    arguments = dict(relations=PAIRS, sides=[Q, D] * 4, choices=CHOICES, choice_targets=[np.float32(t) for t in TARGETS])
+    evaluated = trainer.evaluate([uform.Modality.TEXT] * 8, CONTENTS, **arguments)
+    stats = uform.TrainerStepStats()
+    trainer.step([uform.Modality.TEXT] * 8, CONTENTS, stats=stats, **arguments)
+    assert evaluated["late_interaction_loss"] > 0 and evaluated["choices_loss"] > 0
+    assert (evaluated["loss"], evaluated["late_interaction_loss"], evaluated["choices_loss"]) == \
+        (stats.loss, stats.late_interaction_loss, stats.choices_loss)

@@ -40,11 +40,15 @@ def test_late_interaction_alone_with_a_contrastive_objective():
     assert_gradients_match(trainer, gradient, expected)
 
 
-def test_no_query_or_no_document_trains_no_token_head():
+@pytest.mark.parametrize("sides", [[D] * 8, [Q] * 8, [N] * 8])
+def test_no_query_or_no_document_adds_no_token_head_gradient(sides):
     trainer = late_trainer(uform.PairLossForm.RANKED)
-    stats = uform.TrainerStepStats()
-    trainer.step([uform.Modality.TEXT] * 8, TEXTS, relations=RELATIONS, sides=[D] * 8, stats=stats)
-    assert stats.late_interaction_loss == 0.0 and stats.loss > 0
+    losses, gradient, reference, expected = engine_and_reference(trainer, RELATIONS, sides=sides)
+    assert losses.late_interaction == 0.0 and losses.total > 0
+    for name in ("late_interaction.token_head", "late_interaction.log_scale", "late_interaction.bias"):
+        entry = next(e for e in trainer.model.registry if e["name"] == name)
+        assert not gradient[entry["offset"]:entry["offset"] + entry["size"]].any(), name
+    assert_gradients_match(trainer, gradient, expected)
 
 
 def test_the_token_head_is_in_the_checkpoint_and_resumes_exactly(tmp_path):
@@ -94,7 +98,7 @@ def test_sides_and_capacities_are_refused_naming_the_item():
     assert trainer.completed_steps == 1
 
 
-def test_late_interaction_needs_the_relations():
+def test_a_masked_objective_refuses_late_interaction():
     with pytest.raises(uform.UFormError, match="late_interaction.weight: late interaction scores the relations"):
         late_trainer(uform.PairLossForm.RANKED, uform.Objective.MASKED)
 
@@ -113,6 +117,19 @@ def test_token_vectors_are_unit_rows_independent_of_their_neighbours():
     scores = uform.maxsim(queries, documents)
     expected = [[(q @ d.T).max(1).sum() for d in documents] for q in queries]
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
+    with pytest.raises(uform.UFormError, match="maxsim: documents must be a sequence"):
+        uform.maxsim(queries, documents[0])
+
+
+def test_a_loaded_encoder_answers_the_trainers_token_vectors(tmp_path):
+    trainer = late_trainer(uform.PairLossForm.RANKED)
+    trainer.step([uform.Modality.TEXT] * 8, TEXTS, relations=RELATIONS, sides=SIDES["mixed"])
+    trainer.save(tmp_path / "late.safetensors")
+    encoder = uform.Encoder.load(tmp_path / "late.safetensors", executor="cpu")
+    for side in (Q, D):
+        ours = encoder.encode_tokens(uform.Modality.TEXT, TEXTS, side=side)
+        theirs = trainer.encode_tokens([uform.Modality.TEXT] * 8, TEXTS, side=side)
+        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
 
 
 def test_late_interaction_finds_the_one_token_detail_that_pooling_averages_away():

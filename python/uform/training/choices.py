@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .packing import Packed
+from .tapes import tape_entries
 from .vocabulary import MASK
 
 
@@ -38,20 +39,17 @@ def choice_state(text: bytes, columns: int) -> tuple[np.ndarray, bool]:
     return np.append(keep.astype(np.int32), np.int32(MASK)), len(text) > columns - 1
 
 
-def choice_batch(packed: Packed, choosing: np.ndarray, choice_offsets: np.ndarray, choice_bytes: np.ndarray,
+def choice_batch(packed: Packed, choosing_items: np.ndarray, choice_offsets: np.ndarray, choice_bytes: np.ndarray,
                  choice_targets: np.ndarray | None, capacity: int) -> ChoiceBatch:
-    """The ChoiceBatch of the packed items flagged in `choosing` (a bool per item), their legal bytes and
-    targets read from the step's choices tape."""
+    """The ChoiceBatch of the packed items flagged in `choosing_items` (a bool per item), their legal bytes
+    and targets read from the step's choices tape."""
     columns = packed.tokens.shape[1]
-    segments = np.flatnonzero(choosing[packed.item_of_segment])
+    segments = np.flatnonzero(choosing_items[packed.item_of_segment])
     items = packed.item_of_segment[segments]
     positions = (packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]
                  + packed.segment_length[segments] - 1)
-    begins, ends = choice_offsets[items].astype(np.int64), choice_offsets[items + 1].astype(np.int64)
-    counts = ends - begins
-    entries = np.repeat(begins - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-    return ChoiceBatch(positions=positions.astype(np.int32),
-                       offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-                       choice_bytes=choice_bytes[entries].astype(np.int32),
-                       targets=None if choice_targets is None else choice_targets[entries].astype(np.float32),
+    chosen, offsets = tape_entries(choice_offsets, items)
+    return ChoiceBatch(positions=positions.astype(np.int32), offsets=offsets.astype(np.int32),
+                       choice_bytes=choice_bytes[chosen].astype(np.int32),
+                       targets=None if choice_targets is None else choice_targets[chosen].astype(np.float32),
                        capacity=capacity, items=items.astype(np.int32))

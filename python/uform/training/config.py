@@ -277,7 +277,7 @@ class LateInteraction:
     bias: float = 0.0
     """The starting logit bias of every contrastive group; 0."""
     max_query_span: int = 0
-    """Tokens one query item contributes at most, its first past the prefix; 64."""
+    """Tokens one query item contributes at most: its first positions; 64."""
     max_query_tokens_per_device: int = 0
     """Query token rows one device's step holds at most; ``max_query_span`` for every segment."""
     max_documents_per_device: int = 0

@@ -343,6 +343,10 @@ class EncoderModel(ResidentState):
                                                                   geometry.late_width))
         self._choice_buffers = RecentCache(lambda segments: ChoiceBuffers.allocate(
             self.device, segments, geometry.hidden, VOCABULARY_SIZE))
+        # encode_tokens' buffers (indices, states, raw and unit vectors, 1/norms) for up to n rows
+        self._vectors = RecentCache(lambda n: (self.device.empty(n, np.int32), self.device.empty((n, geometry.hidden)),
+                                               self.device.empty((n, geometry.late_width)),
+                                               self.device.empty((n, geometry.late_width)), self.device.empty(n)))
         self._last_buffers: EncoderBuffers | None = None
 
     def buffers(self, n: int, columns: int, segments: int) -> EncoderBuffers:
@@ -604,18 +608,17 @@ class EncoderModel(ResidentState):
         head's and temperatures' gradients and adds the states' gradient (times weight) into dy."""
         g, late = self.geometry, batch.late
         H, W, S = g.hidden, g.late_width, len(batch.segment_starts)
-        b = self._late((*g.late_rows, S))
         Q, D = late.query_tokens.size, late.document_tokens.size
+        if Q == 0 or D == 0 or not late.sign.any():
+            if with_gradient:
+                for name in ("late_interaction.token_head", "late_interaction.log_scale", "late_interaction.bias"):
+                    K.fill(self.weight_grads[name], 0.0)
+            return 0.0
+        b = self._late((*g.late_rows, S))
         self._token_vectors(buffers.y, late.query_tokens, b.query_index, b.query_states, b.query_raw, b.query_unit,
                             b.query_inverse)
         self._token_vectors(buffers.y, late.document_tokens, b.document_index, b.document_states, b.document_raw,
                             b.document_unit, b.document_inverse)
-        names = ("late_interaction.token_head", "late_interaction.log_scale", "late_interaction.bias")
-        if Q == 0 or D == 0 or not late.sign.any():
-            if with_gradient:
-                for name in names:
-                    K.fill(self.weight_grads[name], 0.0)
-            return 0.0
         for buffer, values in ((b.query_segment, late.query_segment), (b.document_segment, late.document_segment)):
             buffer.view(0, values.size).write(values)
         for buffer, values in ((b.query_starts, late.query_starts), (b.query_counts, late.query_counts),
@@ -637,15 +640,16 @@ class EncoderModel(ResidentState):
             return loss
         K.group_sums(self.weight_grads["late_interaction.log_scale"], b.dlog_scale, groups)
         K.group_sums(self.weight_grads["late_interaction.bias"], b.dbias, groups)
-        # The unit vectors' gradients land in the *_raw buffers' partners: reuse the states' gradient space.
+        # The backward reuses the forward's buffers once they are read for the last time: the unit vectors'
+        # gradients (then, in place, the raw vectors') go into the *_raw buffers, and the states' gradients
+        # into the *_states buffers after the token head's gradient has read the states.
         d_query_unit, d_document_unit = b.query_raw.view(0, (Q, W)), b.document_raw.view(0, (D, W))
         K.maxsim_backward(d_query_unit, d_document_unit, b.d_scores, arg, query_unit, document_unit,
-                          b.query_segment.view(0, Q), b.document_segment.view(0, D), W)
+                          b.query_segment.view(0, Q), b.document_segment.view(0, D), S, W)
         head, d_head = self.weights["late_interaction.token_head"], self.weight_grads["late_interaction.token_head"]
         for k, (n, index, states, d_unit, unit, inverse) in enumerate((
                 (Q, b.query_index, b.query_states, d_query_unit, query_unit, b.query_inverse),
                 (D, b.document_index, b.document_states, d_document_unit, document_unit, b.document_inverse))):
-            # d_unit → d_raw in place (the raw vectors are not read again), then the head and the states.
             K.l2_normalize_backward(d_unit, d_unit, unit, inverse.view(0, n), W, W)
             K.gemm(d_head, states.view(0, (n, H)), d_unit, H, W, n, transpose_a=True, accumulate=k > 0)
             d_states = states.view(0, (n, H))
@@ -702,12 +706,12 @@ class EncoderModel(ResidentState):
         return b.probabilities.view(0, total).numpy()
 
     def late_token_vectors(self, batch: StepBatch, tokens: np.ndarray) -> np.ndarray:
-        """Forward only: the unit token vectors (rows, width) float32 at the flat token indices `tokens`."""
+        """Forward only: the unit token vectors (rows, width) float32 at the flat token indices `tokens` (at most
+        the batch's positions)."""
         buffers, _ = self._forward(batch)
-        b = self._late((max(tokens.size, 1), 1, len(batch.segment_starts)))
-        self._token_vectors(buffers.y, tokens, b.query_index, b.query_states, b.query_raw, b.query_unit,
-                            b.query_inverse)
-        return b.query_unit.view(0, (tokens.size, self.geometry.late_width)).numpy()
+        index, states, raw, unit, inverse = self._vectors(batch.tokens.size)
+        self._token_vectors(buffers.y, tokens, index, states, raw, unit, inverse)
+        return unit.view(0, (tokens.size, self.geometry.late_width)).numpy()
 
     def masked_predictions(self) -> np.ndarray:
         """The argmax byte of the last forward's masked-head logits at every position (ties: lowest id)."""

@@ -92,7 +92,11 @@ def late_targets(sign: np.ndarray, weight: np.ndarray, segment_sides: np.ndarray
 def maxsim(queries, documents) -> np.ndarray:
     """Hard MaxSim scores (len(queries), len(documents)) float32 between token vectors as
     ``encode_tokens`` answers them: Σ over a query's rows of the largest dot product with a document's rows
-    (float64 on the host, rounded once)."""
+    (float64 on the host, rounded once). Each argument is a sequence of (rows, width) arrays, one per item."""
+    for name, value in (("queries", queries), ("documents", documents)):
+        if isinstance(value, np.ndarray):
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"maxsim: {name} must be a sequence of (rows, width) "
+                             f"arrays, one per item (as encode_tokens answers), got one {value.ndim}-D array")
     scores = np.zeros((len(queries), len(documents)))
     for j, document in enumerate(documents):
         d = np.asarray(document, np.float64)

@@ -34,7 +34,7 @@ from .arrays import first_not_finite_non_negative, per_item
 from .enums import LateInteractionSide, Modality, Scalar
 from .errors import ErrorCode, UFormError
 from .relations import Relations, check_relations, edge_owners
-from .tapes import as_float_entries, as_text, as_texts, entries
+from .tapes import as_float_entries, as_text, as_texts, entries, tape_entries
 
 CHOICE_TARGET_TOLERANCE = 1e-5
 """How far an item's choice targets may sum from one (their float64 sum), for float32 rounding."""
@@ -69,15 +69,12 @@ class StepInputs:
     def subset(self, items: np.ndarray) -> StepInputs:
         """These items alone (indices into this step's), each its own bag, with their choices (and targets) but
         no relations: what embedding them, or choosing after them, reads."""
-        count = len(items)
-        begins, ends = self.choice_offsets[items].astype(np.int64), self.choice_offsets[items + 1].astype(np.int64)
-        counts = ends - begins
-        entries = np.repeat(begins - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        chosen, offsets = tape_entries(self.choice_offsets, items)
         return StepInputs(modalities=self.modalities[items], contents=[self.contents[i] for i in items],
-                          bags=np.arange(count, dtype=np.uint32), temperature_groups=self.temperature_groups[items],
-                          sides=self.sides[items], choice_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
-                          choice_bytes=self.choice_bytes[entries],
-                          choice_targets=self.choice_targets[entries] if self.choice_targets.size else self.choice_targets,
+                          bags=np.arange(len(items), dtype=np.uint32), temperature_groups=self.temperature_groups[items],
+                          sides=self.sides[items], choice_offsets=offsets.astype(np.uint64),
+                          choice_bytes=self.choice_bytes[chosen],
+                          choice_targets=self.choice_targets[chosen] if self.choice_targets.size else self.choice_targets,
                           relations=None, outputs_scalar=self.outputs_scalar)
 
 
@@ -133,10 +130,17 @@ def _repeated_bytes(owners: np.ndarray, data: np.ndarray) -> None:
 
 
 def check_choose_inputs(texts, choices) -> StepInputs:
-    """``text_choose``'s inputs, checked: a text per item (as ``contents``, never empty) and its legal bytes (as
-    ``choices``; an item offering none gets an empty entry back), each byte offered once."""
-    inputs = check_step_inputs([Modality.TEXT] * len(entries("texts", texts)), texts)
-    legal = as_texts("choices", choices, len(inputs.contents))
+    """``text_choose``'s inputs, checked: a text per item (bytes or str; an empty one is a state of its MASK
+    alone) and its legal bytes (as ``choices``; an item offering none gets an empty entry back), each byte
+    offered once."""
+    states = as_texts("texts", texts)
+    count = len(states)
+    inputs = StepInputs(modalities=np.full(count, Modality.TEXT, np.int32), contents=states,
+                        bags=np.arange(count, dtype=np.uint32), temperature_groups=np.zeros(count, np.uint32),
+                        sides=np.zeros(count, np.int32), choice_offsets=np.zeros(count + 1, np.uint64),
+                        choice_bytes=np.empty(0, np.uint8), choice_targets=np.empty(0, np.float32), relations=None,
+                        outputs_scalar=Scalar.F32)
+    legal = as_texts("choices", choices, count)
     counts = np.fromiter(map(len, legal), np.int64, count=len(legal))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64)
     data = np.frombuffer(b"".join(legal), np.uint8)

@@ -41,6 +41,8 @@ def _split_tape(name: str, data, offsets, item_count: int | None) -> list:
 
 def _entries(name: str, value, item_count: int | None) -> list:
     """The entries of ``value``; ``item_count`` None takes as many as it holds."""
+    if isinstance(value, RowsTape) and value.offsets is not None:
+        value = (value, value.offsets)
     if _is_tape(value):
         entries = _split_tape(name, *value, item_count)
     else:
@@ -83,6 +85,15 @@ def as_texts(name: str, value, item_count: int | None = None) -> list[bytes]:
     return [as_text(name, item, entry) for item, entry in enumerate(entries(name, value, item_count))]
 
 
+def tape_entries(offsets: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries of a tape with ``offsets`` that ``items`` own, in that order: (their indices into the
+    tape's data, the int64 offsets of the tape they make)."""
+    begins, ends = offsets[items].astype(np.int64), offsets[np.asarray(items) + 1].astype(np.int64)
+    counts = ends - begins
+    indices = np.repeat(begins - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+    return indices, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
 def as_float_entries(name: str, value, item_count: int) -> list[np.ndarray]:
     """Each item's float32 entries."""
     return [as_float32(f"{name} item {item}", entry) for item, entry in enumerate(_entries(name, value, item_count))]
@@ -90,9 +101,8 @@ def as_float_entries(name: str, value, item_count: int) -> list[np.ndarray]:
 
 class RowsTape(np.ndarray):
     """A float32 tape as ``text_choose`` answers it: the array holds every item's entries back to back, and
-    ``offsets`` (uint64, the items plus one) says where each begins, so ``(tape, tape.offsets)`` is the
-    ``(data, offsets)`` form ``choice_targets`` takes. A slice or a copy of the array is a plain array of
-    entries, with no offsets."""
+    ``offsets`` (uint64, the items plus one) says where each begins. ``choice_targets`` takes the tape itself
+    or ``(tape, tape.offsets)``. A copy (and a pickle) keeps the offsets; indexing answers plain arrays."""
 
     offsets: np.ndarray | None
 
@@ -102,7 +112,14 @@ class RowsTape(np.ndarray):
         return tape
 
     def __array_finalize__(self, obj) -> None:
-        self.offsets = None
+        same = obj is not None and getattr(obj, "shape", None) == self.shape
+        self.offsets = getattr(obj, "offsets", None) if same else None
+
+    def __getitem__(self, key):
+        return np.asarray(self)[key]
+
+    def __reduce__(self):
+        return RowsTape, (np.asarray(self), self.offsets)
 
     def entry(self, item: int) -> np.ndarray:
         """Item `item`'s entries, as a plain float32 array."""

@@ -259,24 +259,29 @@ class Trainer:
             return arena.land(rows, inputs.outputs_scalar)
 
     def evaluate(self, modalities, contents, /, *, relations: Relations | None = None, temperature_groups=None,
-                 corrupt_as_step: int | None = None) -> dict:
+                 sides=None, choices=None, choice_targets=None, corrupt_as_step: int | None = None) -> dict:
         """The step's losses without any update, plus the unit-norm pooled embeddings of every item and the
         masked-byte accuracy at covered positions (corrupted as step `corrupt_as_step` would be, by default
         the next one). Dropped items' embeddings are zero rows."""
         with self._device_call():
             run = self._run
             inputs = check_step_inputs(modalities, contents, relations=relations,
-                                       temperature_groups=temperature_groups,
+                                       temperature_groups=temperature_groups, sides=sides, choices=choices,
+                                       choice_targets=choice_targets,
                                        temperature_group_count=run.contrastive.temperature_groups,
                                        max_edges_per_device=run.contrastive.max_edges_per_device,
+                                       max_choices_per_item=run.batch.max_choices_per_item,
                                        modalities_enabled=self._modalities_enabled())
             step = self._step + 1 if corrupt_as_step is None else corrupt_as_step
             batch, packed = self.step_batch(inputs, False, step)
             contrastive = run.objective != Objective.MASKED
             losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=False,
-                                             want_pooled=contrastive, media_weights=self._media_weights())
+                                             want_pooled=contrastive, media_weights=self._media_weights(),
+                                             late_weight=run.late_interaction.weight,
+                                             choices_weight=run.choices.weight)
             result = {"loss": losses.total, "masked_text_loss": losses.masked,
-                      "contrastive_loss": losses.contrastive,
+                      "contrastive_loss": losses.contrastive, "late_interaction_loss": losses.late_interaction,
+                      "choices_loss": losses.choices,
                       **{f"masked_{name}_loss": loss for name, loss in losses.reconstruction.items()}}
             if contrastive:
                 embeddings = np.zeros((len(inputs.contents), run.hidden), np.float32)
@@ -346,7 +351,8 @@ class Trainer:
             probabilities = np.zeros(inputs.choice_bytes.size, np.float32)
             pending = np.flatnonzero(np.diff(offsets) > 0)
             while pending.size:
-                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, choosing=True)
+                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False,
+                                                train_choices=True)
                 answered = self._model.choice_probabilities(batch)
                 within = batch.choices.offsets
                 for k, item in enumerate(pending[batch.choices.items]):
@@ -382,24 +388,25 @@ class Trainer:
             return vectors
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
-                   decoded: PendingMedia | PreparedMedia | None = None, choosing: bool | None = None):
+                   decoded: PendingMedia | PreparedMedia | None = None, train_choices: bool | None = None):
         """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
-        one step's items on the host: (StepBatch, Packed). `choosing`: whether the items offering choices are
-        states to choose after (default: when the run trains choices); a step's choices carry their targets."""
+        one step's items on the host: (StepBatch, Packed). `train_choices`: whether the items offering choices
+        are states to choose after (default: when the run trains choices); a step's choices carry their
+        targets."""
         run = self._run
         shape = run.batch
         columns = shape.max_columns_per_row
         if decoded is None:
             decoded = submit_items(inputs.modalities, inputs.contents, shape, self._pool)
         media_items = decoded.result()
-        choosing = run.choices.weight > 0 if choosing is None else choosing
-        chooses = np.diff(inputs.choice_offsets.astype(np.int64)) > 0 if choosing else \
+        train_choices = run.choices.weight > 0 if train_choices is None else train_choices
+        choosing_items = np.diff(inputs.choice_offsets.astype(np.int64)) > 0 if train_choices else \
             np.zeros(len(inputs.contents), bool)
         contents, cut = [], 0
         for i, content in enumerate(inputs.contents):
             if i in media_items:
                 content = media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
-            elif chooses[i]:
+            elif choosing_items[i]:
                 content, was_cut = choice_state(content, columns)
                 cut += was_cut
             contents.append(content)
@@ -410,7 +417,7 @@ class Trainer:
             tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
         else:
             items = packed.item_of_segment
-            text_segments = (inputs.modalities[items] == Modality.TEXT) & ~chooses[items]
+            text_segments = (inputs.modalities[items] == Modality.TEXT) & ~choosing_items[items]
             tokens, targets = corrupt(packed, masking, self._seed, step, text_segments=text_segments)
         positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
         media = None
@@ -430,9 +437,9 @@ class Trainer:
                 anchors=int(np.count_nonzero(inputs.sides[items] & QUERY_BIT)))
             late = late_batch(packed, inputs.sides, run.late_interaction, late_sign.astype(np.float32),
                               late_folded, late_form, late_norm)
-        choices = choice_batch(packed, chooses, inputs.choice_offsets, inputs.choice_bytes,
+        choices = choice_batch(packed, choosing_items, inputs.choice_offsets, inputs.choice_bytes,
                                inputs.choice_targets if inputs.choice_targets.size else None,
-                               shape.max_segments_per_device) if chooses.any() else None
+                               shape.max_segments_per_device) if choosing_items.any() else None
         batch = StepBatch(
             tokens=tokens, targets=targets, positions=positions, token_segments=packed.segment_ids,
             segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
