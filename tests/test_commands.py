@@ -5,6 +5,7 @@ test runs the train job as a real process, so that it receives a real SIGINT.
 """
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -85,10 +86,27 @@ def test_embed_a_jsonl_file(trained, capsys):
     assert status == 2 and "pairs.jsonl:1: no 'text' key (name the item's key with --field)" in err
 
 
+def test_choose_writes_each_states_probabilities(trained, capsys):
+    states = trained / "states.jsonl"
+    states.write_text('{"text": "is 3 odd", "choices": "yn"}\n\n{"text": "pick", "choices": "abc", "id": 7}\n')
+    checkpoint = trained / "run" / "model.safetensors"
+    status, out, _ = command(uform_main, ["choose", str(checkpoint), str(states), "-o", str(trained / "out.jsonl"),
+                                          "--device", "cpu"], capsys)
+    assert status == 0 and "the probabilities of 2 states" in out
+    lines = [json.loads(line) for line in (trained / "out.jsonl").read_text().splitlines()]
+    expected = uform.Encoder.load(checkpoint, "cpu").text_choose(["is 3 odd", "pick"], ["yn", "abc"])
+    assert [line["probabilities"] for line in lines] == [expected.entry(0).tolist(), expected.entry(1).tolist()]
+    assert lines[1]["id"] == 7 and lines[1]["choices"] == "abc"
+    states.write_text('{"text": "is 3 odd", "choices": "yé"}\n')
+    status, _, err = command(uform_main, ["choose", str(checkpoint), str(states), "--device", "cpu"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "states.jsonl:1: every choice must be one byte" in err
+
+
 @pytest.mark.parametrize("argv,flag", [
     (["train", "--run-dir", "{file}/run"], "--run-dir"),
     (["train", "--run-dir", "{file}"], "--run-dir"),
     (["embed", "{file}", "{file}", "-o", "{file}/out.npy"], "--output"),
+    (["choose", "{file}", "{file}", "-o", "{file}/out.jsonl"], "--output"),
 ])
 def test_unwritable_outputs_are_refused_before_anything_runs(tmp_path, capsys, argv, flag):
     pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
@@ -152,12 +170,13 @@ def test_train_job_names_a_bad_pairs_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("main,argv", [(uform_main, ["--help"]), (uform_main, ["train", "--help"]),
-                                       (uform_main, ["embed", "--help"]), (lm_main, ["--help"])])
+                                       (uform_main, ["embed", "--help"]), (uform_main, ["choose", "--help"]),
+                                       (lm_main, ["--help"])])
 def test_every_command_has_help_and_every_flag_shows_its_default(capsys, main, argv):
     status, out, _ = command(main, argv, capsys)
     assert status == 0
     if argv == ["--help"] and main is uform_main:
-        assert "train " in out and "embed " in out
+        assert "train " in out and "embed " in out and "choose " in out
         return
     flags = [line.split()[0] for line in out.splitlines() if line.startswith("  --") and "--help" not in line]
     assert flags

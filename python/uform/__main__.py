@@ -5,6 +5,7 @@
     python -m uform train --config run.toml             # the same settings, named as the flags
     python -m uform train --resume runs/train-20261129-170000
     python -m uform embed runs/train-20261129-170000/model.safetensors texts.jsonl -o texts.npy
+    python -m uform choose runs/train-20261129-170000/model.safetensors states.jsonl
 
 Progress goes to stderr, results to stdout. A refused setting is one line naming its flag.
 """
@@ -346,8 +347,68 @@ def embed(argv: list[str]) -> int:
     return 0
 
 
+def choose_parser() -> Parser:
+    parser = Parser(prog="python -m uform choose", description="""\
+Read a trained model's calibrated choices (uform.Trainer.text_choose): for each state, the
+probability of each of its legal bytes at the position after it.
+
+INPUT is a .jsonl file, each line an object {"text": STATE, "choices": LEGAL}: LEGAL a string of
+distinct characters, each one byte (ASCII). OUTPUT gets one line per input line, the object with
+"probabilities" added: a list as long as its choices, summing to one, which a step takes back as
+that item's choice_targets.""")
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint of a run with a masked head (model.safetensors)")
+    parser.add_argument("input", type=Path, help="a .jsonl file of {\"text\", \"choices\"} objects")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="the .jsonl file to write (default: INPUT's name with .choices.jsonl)")
+    parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    return parser
+
+
+def read_states(path: Path) -> list[dict]:
+    """The {"text", "choices"} objects of a .jsonl file; a bad line is refused naming it."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"INPUT: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    states = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"INPUT: {path}:{number}: bad JSON: {error.msg}") from None
+        if not isinstance(value, dict) or not isinstance(value.get("text"), str) \
+                or not isinstance(value.get("choices"), str):
+            raise UsageError(f"INPUT: {path}:{number}: expected an object with string \"text\" and \"choices\"")
+        if not value["choices"].isascii():
+            raise UsageError(f"INPUT: {path}:{number}: every choice must be one byte (an ASCII character)")
+        states.append(value)
+    return states
+
+
+def choose(argv: list[str]) -> int:
+    args = choose_parser().parse_args(argv)
+    output = args.output or Path(args.input.name).with_suffix(".choices.jsonl")
+    check_writable(output, "--output")
+    states = read_states(args.input)
+    if not states:
+        raise UsageError(f"INPUT: {args.input} holds no states")
+    try:
+        encoder = Encoder.load(args.checkpoint, device_executor(args))
+        probabilities = encoder.text_choose([s["text"] for s in states], [s["choices"] for s in states])
+    except uform.UFormError as error:
+        raise UsageError(error.message) from None
+    lines = [json.dumps(dict(state, probabilities=[float(p) for p in probabilities.entry(item)])) + "\n"
+             for item, state in enumerate(states)]
+    write_atomically(output, [line.encode() for line in lines])
+    print(f"wrote {output}: the probabilities of {len(states)} states")
+    return 0
+
+
 COMMANDS = {"train": (train, "train an encoder on pairs into a run directory (metrics, plot, checkpoints)"),
-            "embed": (embed, "embed the items of a JSONL or text file with a trained encoder, into a .npy file")}
+            "embed": (embed, "embed the items of a JSONL or text file with a trained encoder, into a .npy file"),
+            "choose": (choose, "read a trained model's probabilities over each state's legal bytes, into a JSONL")}
 
 
 def main(argv: list[str] | None = None) -> None:
