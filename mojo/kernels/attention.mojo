@@ -54,9 +54,11 @@ comptime ROWS = 4  # rows of a thread: ROWS·tr + a
 comptime COLS = 4  # score columns of a thread: tc + GROUPS·u
 comptime LINE = TILE + 4  # floats of a line of a row panel: 64 rows, padded so that lines start in other banks
 comptime PANEL = TILE * TILE  # floats of one staged column (or values) panel
-comptime EXCHANGE = TILE * GROUPS  # floats of a row exchange: a value per (row, column group)
+comptime EXCHANGE_LINE = GROUPS + 4  # floats of a row of an exchange: 16 values, padded so that two row groups' rows
+# fall in different banks
+comptime EXCHANGE = TILE * EXCHANGE_LINE  # floats of a row exchange: a value per (row, column group)
 comptime SCRATCH = TILE * LINE + PANEL + 2 * EXCHANGE  # shared floats of a team: a row panel, a column panel, two exchanges
-comptime UNROLL = 16  # steps of the inner products unrolled
+comptime UNROLL = 8  # steps of the inner products unrolled
 
 comptime ATTENTION = Interface(
     "o lse q k v spans d_out delta dq dk dv", "tokens heads kv_heads head_dim causal", "scale"
@@ -221,9 +223,14 @@ def stage_lines[C: Int, columns: Bool, space: AddressSpace](
 ):
     """Thread tid's share of panel[d][token] for dims [offset, offset + C) of tokens first … first + 63 (token t's
     vector at source[t·stride + offset …]): a row panel (lines of LINE) or a column panel (slot positions);
-    tokens at or past `tokens` read as 0."""
+    tokens at or past `tokens` read as 0. A warp's 32 lanes take 32 tokens whose places in a line fall in distinct
+    banks: consecutive tokens in a row panel; in a column panel, tokens whose slot positions differ mod 32
+    (bit 3 of the token from the warp, its other bits from the lane)."""
     comptime QUADS = C // 4
-    var token = tid % TILE
+    var lane = tid % TILE
+    var token = lane
+    comptime if columns:
+        token = (lane & 7) | ((lane & 32) >> 2) | ((lane & 24) << 1)
     var t = first + token
     comptime for g in range((QUADS + 3) // 4):
         var quad = tid // TILE + 4 * g
@@ -410,7 +417,7 @@ def forward_maxima[D: Int, space: AddressSpace](
                 s = -numerics.INF
             thread.s[a][u] = s
             m = s if s > m else m
-        maxima.unsafe_store((ROWS * tr + a) * GROUPS + tc, m)
+        maxima.unsafe_store((ROWS * tr + a) * EXCHANGE_LINE + tc, m)
 
 
 @always_inline
@@ -425,7 +432,7 @@ def forward_weights[D: Int, space: AddressSpace](
     var tr = tid // GROUPS
     var tc = tid % GROUPS
     comptime for a in range(ROWS):
-        var line = maxima.unsafe_offset((ROWS * tr + a) * GROUPS)
+        var line = maxima.unsafe_offset((ROWS * tr + a) * EXCHANGE_LINE)
         var m_block = -numerics.INF
         comptime for g in range(GROUPS):
             var x = line.unsafe_load(g)
@@ -439,7 +446,7 @@ def forward_weights[D: Int, space: AddressSpace](
             thread.s[a][u] = Float32(0) if s == -numerics.INF else numerics.exp(s - m_new)
         var p = thread.s[a]
         # slots tc + 16u: slot t + t+32 (u0 + u2, u1 + u3), then + t+16; the column groups fold in forward_values
-        sums.unsafe_store((ROWS * tr + a) * GROUPS + tc, (p[0] + p[2]) + (p[1] + p[3]))
+        sums.unsafe_store((ROWS * tr + a) * EXCHANGE_LINE + tc, (p[0] + p[2]) + (p[1] + p[3]))
     write_weights(panel, thread.s, tr, tc)
 
 
@@ -452,7 +459,7 @@ def forward_rescale[D: Int, space: AddressSpace](
         return
     var tr = tid // GROUPS
     comptime for a in range(ROWS):
-        var g16 = sums.unsafe_offset((ROWS * tr + a) * GROUPS).unsafe_load[width=16, alignment=16](0)
+        var g16 = sums.unsafe_offset((ROWS * tr + a) * EXCHANGE_LINE).unsafe_load[width=16, alignment=16](0)
         var g8 = g16.slice[8, offset=0]() + g16.slice[8, offset=8]()
         var g4 = g8.slice[4, offset=0]() + g8.slice[4, offset=4]()
         var g2 = g4.slice[2, offset=0]() + g4.slice[2, offset=2]()
