@@ -4,7 +4,7 @@ Python passes buffers as integer addresses on a device (see python/uform/engine.
 numpy arrays and device allocations), sizes as integers and scalars as floats. Each kernel is
 registered here by one line that names its body and its `Interface` (the names of its operands);
 the module exports every interface as KERNEL_INTERFACES and the engine's other facts (op codes,
-chunk sizes, compiled head dimensions, form codes) as FACTS, which python/uform/kernels.py reads
+chunk sizes, compiled head dimensions and attention tile, form codes) as FACTS, which python/uform/kernels.py reads
 once. Kernel files under kernels/ hold only math and their launchers.
 """
 
@@ -12,7 +12,7 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import Args, Interface, args_from_python, device_of, launch_index, launch_warps
+from engine.launch import Args, Interface, TeamBody, args_from_python, device_of, launch_index, launch_teams
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, choices, contrastive, embedding, gemm, late_interaction, norms, pointwise,
                      rotary, rows)
@@ -79,6 +79,7 @@ def engine_facts() raises -> PythonObject:
     comptime for i in range(len(attention.HEAD_DIMS)):
         head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
     facts["attention_head_dims"] = head_dims
+    facts["attention_tile"] = PythonObject(attention.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
@@ -105,16 +106,16 @@ def index_kernel[body: def(Int, Args) thin -> None](
     return PythonObject(None)
 
 
-def attention_kernel[body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
+def attention_kernel[body: TeamBody](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
-    """A warp kernel of attention, the variant compiled for the operands' head dimension."""
+    """A team kernel of attention, the variant compiled for the operands' head dimension."""
     var args = args_from_python(addresses, sizes, scalars)
     var head_dim = attention.Attention(args).head_dim
     comptime for i in range(len(attention.HEAD_DIMS)):
         comptime D = attention.HEAD_DIMS[i]
         if head_dim == D:
-            launch_warps[D, body](device_of(device), Int(py=n), args)
+            launch_teams[D, attention.TEAM, attention.SCRATCH, body](device_of(device), Int(py=n), args)
             return PythonObject(None)
     raise Error("attention: head_dim ", head_dim, " is not compiled")
 
@@ -160,10 +161,8 @@ def index[body: def(Int, Args) thin -> None](
     interfaces[name] = interface_of(interface)
 
 
-def warps[body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
-    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
-) raises:
-    """Register an attention warp kernel under `name` (every one reads the ATTENTION interface)."""
+def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
+    """Register an attention team kernel under `name` (every one reads the ATTENTION interface)."""
     m.def_function[attention_kernel[body]](name)
     interfaces[name] = interface_of(attention.ATTENTION)
 
@@ -201,11 +200,10 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
         index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
-        warps[attention.attention_forward](m, k, "attention_forward")
+        teams[attention.attention_forward](m, k, "attention_forward")
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
-        warps[attention.attention_backward_dq](m, k, "attention_backward_dq")
-        warps[attention.attention_backward_dv](m, k, "attention_backward_dv")
-        warps[attention.attention_backward_dk](m, k, "attention_backward_dk")
+        teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
+        teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)

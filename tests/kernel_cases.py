@@ -18,6 +18,12 @@ ROW_SHAPES = [(1, 1), (3, 7), (17, 33), (64, 768), (5, 1000)]
 ATTENTION_SHAPES = [  # batch, seq_len, heads, kv_heads, head_dim
     (1, 1, 1, 1, 8), (2, 7, 4, 2, 8), (1, 19, 6, 3, 16), (2, 33, 2, 1, 64), (1, 70, 2, 2, 32), (2, 45, 1, 1, 128),
 ]
+# Spans over several 64-token blocks, starting and ending inside blocks, with runs of padding between and
+# after segments: batch, seq_len, heads, kv_heads, head_dim, mean segment length (0: the whole sequence)
+ATTENTION_LONG_SHAPES = [
+    (1, 300, 4, 2, 64, 110), (2, 200, 2, 2, 128, 90), (1, 260, 6, 2, 32, 0), (3, 150, 2, 1, 16, 70),
+    (1, 200, 2, 1, 8, 50),
+]
 
 
 def rng_for(seed: int) -> np.random.Generator:
@@ -153,28 +159,46 @@ def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, caus
     return o.reshape(tokens, -1), dq.reshape(tokens, -1), dk.reshape(tokens, -1), dv.reshape(tokens, -1)
 
 
-def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, heads: int, kv_heads: int,
-                   head_dim: int, causal: bool, segmented: bool):
-    rng = rng_for(seed)
-    tokens = batch * seq_len
-    q = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
-    k = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
-    v = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
-    d_out = rng.standard_normal(q.shape).astype(np.float32)
-    segments = None
-    if segmented:  # random segment boundaries inside each sequence, and a padded tail
-        segments = np.cumsum(rng.random(tokens) < 0.2).astype(np.int32)
-        segments[seq_len - 1::seq_len] = -1
+def run_attention(device: uform.Device, q, k, v, d_out, spans, heads: int, kv_heads: int, head_dim: int,
+                  causal: bool):
+    """o, dq, dk, dv (numpy) of the engine's attention on device."""
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
-    spans = device.put(K.attention_spans(tokens, seq_len, segments))
-    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, spans=spans)
-    o, lse = device.empty(q.shape), device.empty((tokens, heads))
+    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, spans=device.put(spans))
+    o, lse = device.empty(q.shape), device.empty((q.shape[0], heads))
     K.attention_forward(o, lse, qb, kb, vb, **geometry)
     dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
     K.attention_backward(dq, dk, dv, device.put(d_out), o, lse, qb, kb, vb, **geometry)
+    return o.numpy(), dq.numpy(), dk.numpy(), dv.numpy()
+
+
+def attention_inputs(rng: np.random.Generator, tokens: int, heads: int, kv_heads: int, head_dim: int):
+    q = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
+    k = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
+    v = rng.standard_normal((tokens, kv_heads * head_dim)).astype(np.float32)
+    return q, k, v, rng.standard_normal(q.shape).astype(np.float32)
+
+
+def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, heads: int, kv_heads: int,
+                   head_dim: int, causal: bool, segmented: bool, mean_segment: int = 5):
+    rng = rng_for(seed)
+    tokens = batch * seq_len
+    q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
+    segments = None
+    if segmented:  # random segment boundaries inside each sequence, padding runs between some and a padded tail
+        segments = np.cumsum(rng.random(tokens) < 1 / mean_segment).astype(np.int32)
+        segments[seq_len - 1::seq_len] = -1
+        if mean_segment > 5:
+            for start in rng.integers(0, tokens - 9, 2):
+                segments[start:start + rng.integers(1, 9)] = -1
+            for end in range(seq_len, tokens + 1, seq_len):
+                segments[end - rng.integers(1, 20):end] = -1
+            runs = np.cumsum(np.r_[True, segments[1:] != segments[:-1]])  # a segment cut by padding: two segments
+            segments = np.where(segments < 0, -1, runs).astype(np.int32)
+    spans = K.attention_spans(tokens, seq_len, segments)
+    outputs = run_attention(device, q, k, v, d_out, spans, heads, kv_heads, head_dim, causal)
     ref = attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments)
     tolerance = 4e-6 * np.sqrt(seq_len * head_dim)
-    return {name: (out.numpy(), r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv), ref)}
+    return {name: (out, r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv"), outputs, ref)}
 
 
 def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int, axes: int = 1):
@@ -439,6 +463,11 @@ def all_cases():
                 cases.append((f"attention-{b}x{t}-h{h}kv{kv}d{d}-c{int(causal)}s{int(segmented)}", case_attention,
                               dict(batch=b, seq_len=t, heads=h, kv_heads=kv, head_dim=d, causal=causal,
                                    segmented=segmented)))
+    for b, t, h, kv, d, segment in ATTENTION_LONG_SHAPES:
+        for causal in (False, True):
+            cases.append((f"attention-{b}x{t}-h{h}kv{kv}d{d}-c{int(causal)}-segments{segment}", case_attention,
+                          dict(batch=b, seq_len=t, heads=h, kv_heads=kv, head_dim=d, causal=causal,
+                               segmented=segment > 0, mean_segment=max(segment, 1))))
     for tokens, heads, d in ((1, 1, 2), (13, 3, 8), (40, 4, 64)):
         for axes in (1, 3):
             cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,

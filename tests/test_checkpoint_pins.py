@@ -1,8 +1,10 @@
 """Pins of both trainers' numerics: a fixed small CPU run of each, and the SHA-256 of what it saves.
 
-The digests were recorded on the code of 6fd5b48, before the resident-state refactor (issue 17), on the
-CPU engine. They must never change without a numerics change: a refactor that moves a launch, splits
-an AdamW run differently or reorders a reduction shows up here as a different digest. The LM digests
+The digests were first recorded on the code of 6fd5b48, before the resident-state refactor (issue 17), on the
+CPU engine, and re-recorded once when attention took its block-canonical order (issue 13: blocks of 64 keys
+from each span's start, an online softmax per block). They must never change without a numerics change: a
+refactor that moves a launch, splits an AdamW run differently or reorders a reduction shows up here as a
+different digest. The LM digests
 cover the whole files, so a change of either checkpoint format shows up too.
 """
 
@@ -13,9 +15,9 @@ import numpy as np
 import uform
 from uform.lm import LanguageModelConfig, LanguageModelTrainer
 
-ENCODER_TENSORS_SHA256 = "488b6220eff4f120eb4888e95b4f308d03769550e14f3791edae602f60b8b04b"
-LM_JSON_SHA256 = "a2221177e9dfa0047f1311a785ced4c3d0f3fd0e54625b842080c7d9f7d5a064"
-LM_BINARY_SHA256 = "110e5b42c5c5a57d0e36a72165acbc0791767d553f7e121b1742fd7bc051d917"
+ENCODER_TENSORS_SHA256 = "a9a852c87f12881f12af70b1405362c55a390341ceb2791e337782c364f96994"
+LM_JSON_SHA256 = "bb610ae455d87e83770cdf4816403f43ef95d6110f08c63c858af0246906ceee"
+LM_BINARY_SHA256 = "c2279c926dfda26efcc39ba9cd03b86add99dcb9bdea5d8707e5163b5d188b62"
 
 TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france",
          "water boils at one hundred degrees", "steam rises from the kettle", "cats chase mice", "a mouse ran"]

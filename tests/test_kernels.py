@@ -5,7 +5,8 @@ import zlib
 import numpy as np
 import pytest
 
-from kernel_cases import all_cases
+from kernel_cases import all_cases, attention_inputs, run_attention
+from uform import kernels as K
 
 
 @pytest.mark.parametrize("name,case,kwargs", all_cases(), ids=[c[0] for c in all_cases()])
@@ -16,3 +17,22 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
         assert np.all(np.isfinite(out)), f"{name}/{output_name}: non-finite output"
         error = np.max(np.abs(out - ref)) / ((magnitude[0] if magnitude else np.max(np.abs(ref))) + 1e-30)
         assert error <= tolerance, f"{name}/{output_name}: relative error {error:.3g} > {tolerance:.3g}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [16, 64])
+def test_attention_of_a_segment_is_the_same_wherever_it_lies(device, causal, head_dim):
+    """Attention's blocks start at each span's first token, so a segment gives the same bits at any offset in
+    the batch, beside any other segments: a 150-token segment alone, then after 37 and before 80 other tokens."""
+    rng = np.random.default_rng(head_dim + causal)
+    heads, kv_heads, length, before, after = 4, 2, 150, 37, 80
+    tokens = before + length + after
+    q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
+    segments = np.r_[np.zeros(before - 5), -np.ones(5), np.ones(length), np.full(after, 2)].astype(np.int32)
+    placed = run_attention(device, q, k, v, d_out, K.attention_spans(tokens, tokens, segments), heads, kv_heads,
+                           head_dim, causal)
+    inside = slice(before, before + length)
+    alone = run_attention(device, q[inside], k[inside], v[inside], d_out[inside],
+                          K.attention_spans(length, length), heads, kv_heads, head_dim, causal)
+    for name, a, b in zip(("o", "dq", "dk", "dv"), alone, placed):
+        assert np.array_equal(a.view(np.uint32), b[inside].view(np.uint32)), name

@@ -7,23 +7,28 @@ is ever written in Python). The body's first lines unpack the slots into named,
 typed values in the same order as the interface; its math reads only those names.
 On the CPU, `cpu_parallel_for` hands contiguous index ranges to threads; on a GPU,
 `group_kernel` maps `global_idx.x` to the index. Both call the same body, so both
-compute the same bits. A warp kernel (attention) shares each index among the 32
-lanes of a warp on the GPU, and plays the 32 lanes itself on the CPU, in the same
-order (`launch_warps`): its body takes how many lanes one call plays as a
-compile-time parameter.
+compute the same bits. A team kernel (attention) gives each index to a team of
+threads that share a scratch of shared memory and meet at barriers: on a GPU the
+team is a thread block, each thread playing itself; on the CPU one call plays every
+thread of the team, phase by phase, so each phase of every thread ends before the
+next begins, as at a barrier (`launch_teams`): its body takes how many threads one
+call plays as a compile-time parameter.
 """
 
 from std.sys import llvm_intrinsic, num_physical_cores
 from std.python import PythonObject
 from max.algorithm import parallelize
-from max.gpu import global_idx
+from std.memory import stack_allocation
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, block_idx, global_idx, thread_idx
+from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
 
 comptime GPU_BLOCK = 128
-comptime WARP = 32
+comptime TEAMS_PER_SM = 2  # a team kernel's register budget lets this many teams share a multiprocessor
 comptime ADDRESS_SLOTS = 12
-comptime SIZE_SLOTS = 4
+comptime SIZE_SLOTS = 8
 comptime SCALAR_SLOTS = 8
 
 comptime DevicePtr = Pointer[Device, MutAnyOrigin]
@@ -136,7 +141,7 @@ def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
     n: Int64,
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
     a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
     x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
 ):
     """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args).
@@ -148,7 +153,7 @@ def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
         var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
         comptime for i in range(ADDRESS_SLOTS):
             args.addresses[i] = addresses[i]
-        var sizes = (n0, n1, n2, n3)
+        var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
         comptime for i in range(SIZE_SLOTS):
             args.sizes[i] = sizes[i]
         var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
@@ -170,7 +175,7 @@ def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_b
             dev[].ctx().enqueue_function[group_kernel[lanes, gpu_body]](
                 Int64(n),
                 a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3],
+                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
                 x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
                 grid_dim=gpu_blocks(n * lanes),
                 block_dim=GPU_BLOCK,
@@ -194,15 +199,61 @@ def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args
     launch_grouped[1, one_lane[body], body](dev, n, args)
 
 
-def all_lanes[D: Int, body: def[D: Int, played: Int](Int, Int, Args) thin -> None](task: Int, args: Args):
-    """A warp kernel's body on the CPU: one call plays the 32 lanes, as lane 0 of a group of 32."""
-    body[D, WARP](task, 0, args)
+comptime TeamBody = def[D: Int, played: Int, space: AddressSpace](
+    Int, Int, Args, Pointer[Float32, MutUntrackedOrigin, address_space=space]
+) thin -> None
+"""A team kernel's body, specialised for size D (attention: the head dimension): body(task, first thread,
+args, scratch) plays threads [first, first + played) of the team that computes task, with `scratch` the
+team's shared floats."""
 
 
-def launch_warps[D: Int, body: def[D: Int, played: Int](Int, Int, Args) thin -> None](
-    dev: DevicePtr, n: Int, args: Args
-) raises:
-    """A kernel whose task is shared by the 32 lanes of a warp, its body specialised for size D (attention:
-    the head dimension): on a GPU each thread plays its own lane (body[D, 1], folding lanes with shuffles);
-    on the CPU one call plays all 32 (body[D, 32])."""
-    launch_grouped[WARP, body[D, 1], all_lanes[D, body]](dev, n, args)
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(TEAMS_PER_SM)
+)
+def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody](
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
+):
+    """The GPU launcher of a team kernel: block i is the team of task i, each thread plays itself."""
+    var shared = stack_allocation[scratch, Float32, alignment=64, address_space=AddressSpace.SHARED]()
+    var args = Args.empty()
+    var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    comptime for i in range(ADDRESS_SLOTS):
+        args.addresses[i] = addresses[i]
+    var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
+    comptime for i in range(SIZE_SLOTS):
+        args.sizes[i] = sizes[i]
+    var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
+    comptime for i in range(SCALAR_SLOTS):
+        args.scalars[i] = scalars[i]
+    body[D, 1, AddressSpace.SHARED](Int(block_idx.x), Int(thread_idx.x), args, shared)
+
+
+def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """Run every task in [0, n) by a team of `team` threads sharing `scratch` floats: on a GPU a block of
+    `team` threads a task (body[D, 1]); on the CPU one call of body[D, team] a task, playing the whole team."""
+    if n <= 0:
+        return
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            var a = args.addresses
+            var s = args.sizes
+            var x = args.scalars
+            dev[].ctx().enqueue_function[team_kernel[D, team, scratch, body]](
+                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                grid_dim=n,
+                block_dim=team,
+            )
+        return
+
+    def chunk(begin: Int, end: Int) {imm args}:
+        var shared = f32_at(Int(alloc[Float32](scratch, alignment=64)))
+        for task in range(begin, end):
+            body[D, team, AddressSpace.GENERIC](task, 0, args, shared)
+        shared.unsafe_free()
+
+    cpu_parallel_for(chunk, n)

@@ -1,44 +1,76 @@
-"""Scaled dot-product attention with masks, forward and backward.
+"""Scaled dot-product attention with masks, forward and backward, in fp32 tiles of 64 tokens.
 
 Tokens are rows of q [N, Hq·D], k and v [N, Hkv·D]. Query head h reads key/value head
 h·Hkv/Hq (grouped-query attention). Each token t lies in a block [begin_t, end_t) given by
 `spans` (int32 [N, 2]): its packed segment, or its whole sequence; a padding token's block is
-empty. Query t sees the keys of its block (those ≤ t when causal); key j is seen by the queries of
-its block (those ≥ j when causal).
+empty. Spans are symmetric (t lies in the span of every token of its span). Query i sees the keys
+[begin_i, hi_i), hi_i = end_i, or min(end_i, i + 1) when causal; key j is seen by the queries of its
+span (those ≥ j when causal).
 
-    s_j = (q·k_j)·scale      p_j = e^(s_j − L)      L = log Σ_j e^(s_j)
-    o = Σ_j p_j v_j
-    backward, with δ = dO·o:  dp_j = dO·v_j   ds_j = p_j (dp_j − δ)
-    dq = scale Σ_j ds_j k_j   dk_j = scale Σ_(h,i) ds_ij q_i   dv_j = Σ_(h,i) p_ij dO_i
+    s_ij = (q_i·k_j)·scale      p_ij = e^(s_ij − L_i)      L_i = log Σ_j e^(s_ij)      o_i = Σ_j p_ij v_j
+    backward, with δ_i = dO_i·o_i:   dp_ij = dO_i·v_j      ds_ij = p_ij (dp_ij − δ_i)
+    dq_i = scale Σ_j ds_ij k_j      dk_j = scale Σ_(h,i) ds_ij q_i      dv_j = Σ_(h,i) p_ij dO_i
 
-The canonical order. Every dot product is an fma chain over d. The terms of every Σ over keys
-(or over the (head, query) pairs of a key) are dealt to 32 lanes in turn — term e to lane e mod
-32 — each lane keeps its own sum in ascending order (for the softmax, an online softmax: a running
-maximum m, a running Σe^(s−m) and output, rescaled when m grows), and the lanes are folded by
-halves (lane l takes lane l+16, then l+8, +4, +2, +1). Each kernel is one body over the lanes a
-call plays, a compile-time parameter: on a GPU a thread plays its own lane of a warp (`played` = 1)
-and the folds are shuffles; on the CPU one call plays all 32 (`played` = 32), computing 8 lanes' dot
-products at once in SIMD. Both round the same operations in the same order.
+The canonical order ("block-canonical"). Every dot product over d (q·k, dO·v, dO·o) is one fma chain
+over d ascending from +0. The forward walks query i's keys in blocks of 64 aligned to the start of its
+span, [begin_i + 64b, begin_i + 64b + 64) ∩ [begin_i, hi_i) for b = 0, 1, … (so a segment's result does
+not depend on where it lies in the batch), an online softmax per block:
+    m' = max(m, max_j s_ij)                 (m = −∞ before the first block; max is exact)
+    p_ij = exp(s_ij − m'),  c = exp(m − m') with the portable exp
+    l = l·c + Σ_block p_ij, the sum over the block's 64 slots (slot = j − begin_i − 64b, slots outside
+        the keys +0) folded by halves: slot t + slot t+32, then +16, +8, +4, +2, +1
+    o_d = o_d·c, then o_d = fma(p_ij, v_jd, o_d) for the block's keys j ascending
+and ends with o = o/l, L = m + log l (o = 0 and L = 0 for a query that sees no key). The backward's
+sums are plain fma chains from +0, over keys ascending for dq_i, over (head of the group ascending,
+query ascending) for dk_j and dv_j; dq and dk are then multiplied by scale. A pair outside the mask
+takes no part in any sum.
+
+Every kernel but δ is a team kernel (`launch_teams`): a task is a tile of 64 consecutive tokens × one
+head, computed by a team of 256 threads (16 row groups tr × 16 column groups tc): thread (tr, tc) owns
+the tile's rows 4tr … 4tr+3 and, of each 64-token block of the other side, the score columns tc,
+tc+16, tc+32, tc+48, and the output columns tc·W … of D (W = D/16, or 1 with 8 threads for D = 8),
+as in a SIMT GEMM. Operands are staged 64 tokens × 64 dims at a time in two shared panels; the
+probabilities (or ds) of a block go back to a panel as the left operand of the output products. The
+team's phases end at barriers; on the CPU one call plays all 256 threads phase by phase (`played`),
+so both devices run the same operations in the same order. A block that no row of a thread can use is
+skipped by that thread; a tile's forward walks each run of rows sharing a span separately, in the
+blocks of that span.
 Every attention kernel reads the one interface ATTENTION, by the names of `Attention`.
 """
 
 from std.collections import Array
 from std.math import fma
-from max.gpu.primitives.warp import shuffle_down
+from max.gpu import barrier
+from max.gpu.memory import AddressSpace
 from engine.device import F32Ptr, I32Ptr
-from engine.launch import Args, Interface, WARP
+from engine.launch import Args, Interface
 from engine import numerics
 
 comptime HEAD_DIMS = (8, 16, 32, 64, 128)  # compiled head dimensions (exported to Python)
-comptime CPU_KEYS = 8  # keys whose dot products one CPU SIMD pass computes
+comptime TILE = 64  # tokens of a tile, and of a block of the other side (exported to Python)
+comptime GROUPS = 16  # row groups of a team, and column groups
+comptime TEAM = GROUPS * GROUPS  # threads of a team
+comptime ROWS = 4  # rows of a thread: ROWS·tr + a
+comptime COLS = 4  # score columns of a thread: tc + GROUPS·u
+comptime LINE = TILE + 4  # floats of a line of a row panel: 64 rows, padded so that lines start in other banks
+comptime PANEL = TILE * TILE  # floats of one staged column (or values) panel
+comptime EXCHANGE_LINE = GROUPS + 4  # floats of a row of an exchange: 16 values, padded so that two row groups' rows
+# fall in different banks
+comptime EXCHANGE = TILE * EXCHANGE_LINE  # floats of a row exchange: a value per (row, column group)
+comptime SCRATCH = TILE * LINE + PANEL + 2 * EXCHANGE  # shared floats of a team: a row panel, a column panel, two exchanges
+comptime UNROLL = 8  # steps of the inner products unrolled
 
-comptime ATTENTION = Interface("o lse q k v spans d_out delta dq dk dv", "heads kv_heads head_dim causal", "scale")
+comptime ATTENTION = Interface(
+    "o lse q k v spans d_out delta dq dk dv", "tokens heads kv_heads head_dim causal", "scale"
+)
+
+comptime Vec = SIMD[DType.float32, 4]
 
 
 struct Attention(ImplicitlyCopyable, Movable):
     """The operands of the attention kernels, by name. Rows: q, o, d_out, dq [N, Hq·D]; k, v, dk, dv
-    [N, Hkv·D]; lse and delta [N, Hq]; spans int32 [N, 2]. The forward reads o, lse, q, k, v, spans;
-    the backward also d_out, delta and the gradient it writes."""
+    [N, Hkv·D]; lse and delta [N, Hq]; spans int32 [N, 2]. The forward reads q, k, v, spans and writes o
+    and lse; the backward also reads d_out and delta and writes the gradient its kernel computes."""
 
     var o: F32Ptr
     var lse: F32Ptr
@@ -51,6 +83,7 @@ struct Attention(ImplicitlyCopyable, Movable):
     var dq: F32Ptr
     var dk: F32Ptr
     var dv: F32Ptr
+    var tokens: Int
     var heads: Int
     var kv_heads: Int
     var head_dim: Int
@@ -70,315 +103,616 @@ struct Attention(ImplicitlyCopyable, Movable):
         self.dq = args.f32(8)
         self.dk = args.f32(9)
         self.dv = args.f32(10)
-        self.heads = args.size(0)
-        self.kv_heads = args.size(1)
-        self.head_dim = args.size(2)
-        self.causal = args.flag(3)
+        self.tokens = args.size(0)
+        self.heads = args.size(1)
+        self.kv_heads = args.size(2)
+        self.head_dim = args.size(3)
+        self.causal = args.flag(4)
         self.scale = args.scalar(0)
 
     @always_inline
-    def kv_head(self, task: Int) -> Int:
-        """The key/value head that (token, query head) task reads."""
-        return (task % self.heads) * self.kv_heads // self.heads
+    def span(self, token: Int) -> Tuple[Int, Int]:
+        return (Int(self.spans.unsafe_load(2 * token)), Int(self.spans.unsafe_load(2 * token + 1)))
 
     @always_inline
-    def kv_row(self, token: Int, kv: Int) -> Int:
-        """The row of k (or v) holding a token's vector of head kv."""
-        return token * self.kv_heads + kv
+    def keys_of(self, token: Int) -> Tuple[Int, Int]:
+        """The keys [begin, end) query token sees (empty for padding)."""
+        var span = self.span(token)
+        return (span[0], min(span[1], token + 1) if self.causal else span[1])
 
     @always_inline
-    def query_keys(self, token: Int) -> Tuple[Int, Int]:
-        """The keys [begin, end) query token sees."""
-        var begin = Int(self.spans.unsafe_load(2 * token))
-        var end = Int(self.spans.unsafe_load(2 * token + 1))
-        return (begin, min(end, token + 1) if self.causal else end)
+    def queries_of(self, token: Int) -> Tuple[Int, Int]:
+        """The queries [begin, end) that see key token (empty for padding)."""
+        var span = self.span(token)
+        return (max(span[0], token) if self.causal else span[0], span[1])
+
+
+# ---- sizes per head dimension ---------------------------------------------------------------------------
+
+@always_inline
+def chunk_of[D: Int]() -> Int:
+    """Dims staged at once: D, or 64 (D = 128 goes in two chunks)."""
+    return min(D, TILE)
+
+
+@always_inline
+def lanes_of[D: Int]() -> Int:
+    """Column groups that own output columns (8 for D = 8, else 16)."""
+    return min(chunk_of[D](), GROUPS)
+
+
+@always_inline
+def width_of[D: Int]() -> Int:
+    """Output columns of a thread per chunk."""
+    return chunk_of[D]() // lanes_of[D]()
+
+
+comptime Outputs[D: Int] = Array[Array[SIMD[DType.float32, width_of[D]()], ROWS], D // chunk_of[D]()]
+
+
+struct Thread[D: Int](Copyable, Movable):
+    """What one thread of a team keeps between phases: its output sums, two 4 × 4 score tiles, and for
+    each of its rows the tokens [low, high) of the other side it pairs with and three row values
+    (forward: running max, running sum, rescale; dq: lse, δ)."""
+
+    var acc: Outputs[Self.D]
+    var acc2: Outputs[Self.D]
+    var s: Array[Vec, ROWS]
+    var t: Array[Vec, ROWS]
+    var low: SIMD[DType.int32, ROWS]
+    var high: SIMD[DType.int32, ROWS]
+    var m: Vec
+    var l: Vec
+    var c: Vec
+
+    def __init__(out self):
+        comptime W = width_of[Self.D]()
+        var zero_rows = Array[SIMD[DType.float32, W], ROWS](fill=SIMD[DType.float32, W](0))
+        self.acc = Outputs[Self.D](fill=zero_rows)
+        self.acc2 = Outputs[Self.D](fill=zero_rows)
+        self.s = Array[Vec, ROWS](fill=Vec(0))
+        self.t = Array[Vec, ROWS](fill=Vec(0))
+        self.low = SIMD[DType.int32, ROWS](0)
+        self.high = SIMD[DType.int32, ROWS](0)
+        self.m = Vec(-numerics.INF)
+        self.l = Vec(0)
+        self.c = Vec(1)
 
     @always_inline
-    def key_pairs(self, task: Int) -> KeyPairs:
-        """The (head, query) pairs that see (key token, kv head) task."""
-        var token = task // self.kv_heads
-        var begin = Int(self.spans.unsafe_load(2 * token))
-        var end = Int(self.spans.unsafe_load(2 * token + 1))
-        var first = max(begin, token) if self.causal and begin < end else begin
-        var group = self.heads // self.kv_heads
-        return KeyPairs(first, end - first, (end - first) * group, (task % self.kv_heads) * group)
+    def overlaps(self, base: Int) -> Bool:
+        """Whether any of the thread's rows pairs with a token of block [base, base + TILE)."""
+        var found = False
+        comptime for a in range(ROWS):
+            found = found or max(Int(self.low[a]), base) < min(Int(self.high[a]), base + TILE)
+        return found
 
     @always_inline
-    def pair_row(self, pairs: KeyPairs, e: Int) -> Int:
-        """The (query token, head) row of pair e = head_in_group·queries + query (32-bit division: a
-        64-bit one is a long software routine on a GPU)."""
-        var query = UInt32(e) % UInt32(pairs.queries)
-        var head = UInt32(e) // UInt32(pairs.queries)
-        return (pairs.first + Int(query)) * self.heads + pairs.first_head + Int(head)
+    def covers(self, base: Int) -> Bool:
+        """Whether every row of the thread pairs with every token of block [base, base + TILE)."""
+        var every = True
+        comptime for a in range(ROWS):
+            every = every and Int(self.low[a]) <= base and Int(self.high[a]) >= base + TILE
+        return every
+
+    @always_inline
+    def pairs(self, a: Int, base: Int, k: Int) -> Bool:
+        """Whether row a pairs with token base + k."""
+        return Int(self.low[a]) <= base + k and base + k < Int(self.high[a])
 
 
-@fieldwise_init
-struct KeyPairs(ImplicitlyCopyable, Movable):
-    """The pairs of one key: its first query, how many queries, pairs (queries × heads of the group),
-    and the first query head of its group."""
-
-    var first: Int
-    var queries: Int
-    var count: Int
-    var first_head: Int
-
-
-# ---- shared arithmetic -------------------------------------------------------------------------------
+# ---- team steps ----------------------------------------------------------------------------------------
 
 @always_inline
-def load_row[D: Int](row: F32Ptr) -> SIMD[DType.float32, D]:
-    return row.unsafe_load[width=D, alignment=16](0)
+def sync[played: Int]():
+    """The end of a phase: a barrier on a GPU; on the CPU the call has already played every thread to it."""
+    comptime if played == 1:
+        barrier()
 
 
 @always_inline
-def dot(a: F32Ptr, b: F32Ptr, D: Int) -> Float32:
-    var acc = Float32(0)
-    for d in range(D):
-        acc = fma(a.unsafe_load(d), b.unsafe_load(d), acc)
-    return acc
+def slot_position(slot: Int) -> Int:
+    """Where slot `slot` lies in a line of a column panel: column group tc reads slots tc, tc+16, tc+32 and
+    tc+48 as one 4-vector."""
+    return 4 * (slot & 15) + (slot >> 4)
 
 
 @always_inline
-def dots[D: Int, G: Int](a: SIMD[DType.float32, D], base: F32Ptr, rows: SIMD[DType.int64, G], count: Int) -> SIMD[DType.float32, G]:
-    """a·row for the `count` (≤ G) rows `rows` of base (rows of D), each one fma chain over d.
-    One row (a GPU lane): the row read 16 bytes at a time; several (the CPU): G chains side by side in SIMD."""
-    comptime if G == 1:
-        var row = base.unsafe_offset(Int(rows[0]) * D)
-        var acc = Float32(0)
-        comptime for c in range(D // 4):
-            var chunk = row.unsafe_load[width=4, alignment=16](4 * c)
-            comptime for i in range(4):
-                acc = fma(a[4 * c + i], chunk[i], acc)
-        return SIMD[DType.float32, G](acc)
-    else:
-        var acc = SIMD[DType.float32, G](0)
-        for d in range(D):
-            var column = SIMD[DType.float32, G](0)
-            comptime for i in range(G):
-                if i < count:
-                    column[i] = base.unsafe_load(Int(rows[i]) * D + d)
-            acc = column.fma(SIMD[DType.float32, G](a[d]), acc)
-        return acc
-
-
-@always_inline
-def online_step(mut m: Float32, mut l: Float32, s: Float32) -> Tuple[Float32, Float32]:
-    """Take score s into a lane's running (max, Σe^(s−max)); answers (rescale of the old terms, weight of s)."""
-    var m_new = s if s > m else m
-    var c = numerics.exp(m - m_new)
-    var p = numerics.exp(s - m_new)
-    l = l * c + p
-    m = m_new
-    return (c, p)
-
-
-@always_inline
-def merge_scales(ma: Float32, mb: Float32) -> Tuple[Float32, Float32, Float32]:
-    """(max, scale of a, scale of b) to merge two lanes' softmax states; a lane that saw no key has −inf."""
-    if mb == -numerics.INF:
-        return (ma, Float32(1), Float32(0))
-    if ma == -numerics.INF:
-        return (mb, Float32(0), Float32(1))
-    var m = ma if ma > mb else mb
-    return (m, numerics.exp(ma - m), numerics.exp(mb - m))
-
-
-@always_inline
-def shuffle_down_lanes[D: Int](v: SIMD[DType.float32, D], offset: Int) -> SIMD[DType.float32, D]:
-    """The vector of lane + offset (a warp shuffles one 32-bit value at a time)."""
-    var out = SIMD[DType.float32, D](0)
-    comptime for i in range(D):
-        out[i] = shuffle_down(v[i], UInt32(offset))
-    return out
-
-
-# ---- the lanes: terms dealt in turn, then folded by halves ------------------------------------------
-
-@always_inline
-def group_width[played: Int]() -> Int:
-    """How many lanes' dot products one pass computes: 1 on a GPU thread, CPU_KEYS on the CPU."""
-    return 1 if played == 1 else CPU_KEYS
-
-
-@always_inline
-def fold_softmax[D: Int, played: Int](
-    mut m: Array[Float32, played], mut l: Array[Float32, played], mut acc: Array[SIMD[DType.float32, D], played]
+def stage_lines[C: Int, columns: Bool, space: AddressSpace](
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], source: F32Ptr, stride: Int, offset: Int,
+    first: Int, tokens: Int, tid: Int,
 ):
-    """Merge the lanes' (max, Σ, output) states by halves into lane 0."""
-    comptime for step in range(5):
-        comptime offset = 16 >> step
-        comptime if played == 1:
-            var scales = merge_scales(m[0], shuffle_down(m[0], UInt32(offset)))
-            var l_other = shuffle_down(l[0], UInt32(offset))
-            var acc_other = shuffle_down_lanes[D](acc[0], offset)
-            l[0] = l[0] * scales[1] + l_other * scales[2]
-            acc[0] = acc_other.fma(SIMD[DType.float32, D](scales[2]), acc[0] * scales[1])
-            m[0] = scales[0]
-        else:
-            for lane in range(offset):
-                var scales = merge_scales(m[lane], m[lane + offset])
-                l[lane] = l[lane] * scales[1] + l[lane + offset] * scales[2]
-                acc[lane] = acc[lane + offset].fma(SIMD[DType.float32, D](scales[2]), acc[lane] * scales[1])
-                m[lane] = scales[0]
+    """Thread tid's share of panel[d][token] for dims [offset, offset + C) of tokens first … first + 63 (token t's
+    vector at source[t·stride + offset …]): a row panel (lines of LINE) or a column panel (slot positions);
+    tokens at or past `tokens` read as 0. A warp's 32 lanes take 32 tokens whose places in a line fall in distinct
+    banks: consecutive tokens in a row panel; in a column panel, tokens whose slot positions differ mod 32
+    (bit 3 of the token from the warp, its other bits from the lane)."""
+    comptime QUADS = C // 4
+    var lane = tid % TILE
+    var token = lane
+    comptime if columns:
+        token = (lane & 7) | ((lane & 32) >> 2) | ((lane & 24) << 1)
+    var t = first + token
+    comptime for g in range((QUADS + 3) // 4):
+        var quad = tid // TILE + 4 * g
+        if quad < QUADS:
+            var value = Vec(0)
+            if t < tokens:
+                value = source.unsafe_load[width=4, alignment=16](t * stride + offset + 4 * quad)
+            comptime for i in range(4):
+                var k = 4 * quad + i
+                comptime if columns:
+                    panel.unsafe_store(k * TILE + slot_position(token), value[i])
+                else:
+                    panel.unsafe_store(k * LINE + token, value[i])
 
 
 @always_inline
-def fold_sums[D: Int, played: Int](mut acc: Array[SIMD[DType.float32, D], played]) -> SIMD[DType.float32, D]:
-    """Σ of the lanes' partial sums, folded by halves (lane 0 holds it)."""
-    comptime for step in range(5):
-        comptime offset = 16 >> step
-        comptime if played == 1:
-            acc[0] = acc[0] + shuffle_down_lanes[D](acc[0], offset)
-        else:
-            for lane in range(offset):
-                acc[lane] = acc[lane] + acc[lane + offset]
-    return acc[0]
+def stage_values[C: Int, space: AddressSpace](
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], source: F32Ptr, stride: Int, offset: Int,
+    first: Int, tokens: Int, tid: Int,
+):
+    """Thread tid's share of panel[token][d] (tokens as lines) for dims [offset, offset + C) of tokens first … first + 63."""
+    comptime QUADS = C // 4
+    comptime PER_PASS = TEAM // QUADS
+    var quad = tid % QUADS
+    comptime for g in range((TILE + PER_PASS - 1) // PER_PASS):
+        var token = tid // QUADS + PER_PASS * g
+        if token < TILE:
+            var t = first + token
+            var value = Vec(0)
+            if t < tokens:
+                value = source.unsafe_load[width=4, alignment=16](t * stride + offset + 4 * quad)
+            panel.unsafe_store[width=4, alignment=16](token * C + 4 * quad, value)
 
 
-# ---- forward: o and lse per (query token, head) ------------------------------------------------------
+@always_inline
+def score_products[C: Int, space: AddressSpace](
+    mut acc: Array[Vec, ROWS], rows: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    columns: Pointer[Float32, MutUntrackedOrigin, address_space=space], tr: Int, tc: Int,
+):
+    """acc[a][u] = fma(rows[d][4tr + a], columns[d][tc + 16u], acc[a][u]) for d ascending over the chunk."""
+    comptime STEP = min(C, UNROLL)
+    for d0 in range(0, C, STEP):
+        comptime for dd in range(STEP):
+            var d = d0 + dd
+            var r = rows.unsafe_load[width=4, alignment=16](d * LINE + 4 * tr)
+            var c = columns.unsafe_load[width=4, alignment=16](d * TILE + 4 * tc)
+            comptime for a in range(ROWS):
+                acc[a] = Vec(r[a]).fma(c, acc[a])
 
-def attention_forward[D: Int, played: Int](task: Int, lane: Int, args: Args):
+
+@always_inline
+def output_products[D: Int, masked: Bool, space: AddressSpace](
+    mut acc: Array[SIMD[DType.float32, width_of[D]()], ROWS],
+    weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    values: Pointer[Float32, MutUntrackedOrigin, address_space=space], low: SIMD[DType.int32, ROWS],
+    high: SIMD[DType.int32, ROWS], tr: Int, tc: Int,
+):
+    """acc[a] = fma(weights[k][4tr + a], values[k][tc·W …], acc[a]) for k ascending over the block's 64 tokens;
+    masked: only for the k that row a pairs with (low[a] ≤ k < high[a], relative to the block)."""
+    comptime C = chunk_of[D]()
+    comptime W = width_of[D]()
+    for k0 in range(0, TILE, UNROLL):
+        comptime for kk in range(UNROLL):
+            var k = k0 + kk
+            var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
+            var v = values.unsafe_load[width=W, alignment=4 * W](k * C + tc * W)
+            comptime for a in range(ROWS):
+                var next = SIMD[DType.float32, W](w[a]).fma(v, acc[a])
+                comptime if masked:
+                    if UInt32(Int32(k) - low[a]) < UInt32(max(high[a] - low[a], 0)):  # low[a] ≤ k < high[a]
+                        acc[a] = next
+                else:
+                    acc[a] = next
+
+
+@always_inline
+def write_weights[space: AddressSpace](
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], weights: Array[Vec, ROWS], tr: Int, tc: Int
+):
+    """A thread's 4 × 4 tile of weights into a row panel, line k = its column tc + 16u, as the left operand of
+    output_products."""
+    comptime for u in range(COLS):
+        var line = Vec(weights[0][u], weights[1][u], weights[2][u], weights[3][u])
+        panel.unsafe_store[width=4, alignment=16]((tc + GROUPS * u) * LINE + 4 * tr, line)
+
+
+@always_inline
+def block_products[D: Int, second: Bool, played: Int, space: AddressSpace](
+    mut team: Array[Thread[D], played], first: Int, base: Int,
+    weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    values: Pointer[Float32, MutUntrackedOrigin, address_space=space], source: F32Ptr, stride: Int, offset: Int,
+    tokens: Int,
+):
+    """Every thread's output sums (acc, or acc2 when `second`) += the weights panel times the block's values of
+    `source` (tokens base …, dims offset …), one chunk of dims at a time; the values of the first chunk must
+    already be staged."""
+    comptime C = chunk_of[D]()
+    comptime W = width_of[D]()
+    comptime for c in range(D // C):
+        comptime if c > 0:
+            for p in range(played):
+                stage_values[C](values, source, stride, offset + c * C, base, tokens, first + p)
+            sync[played]()
+        for p in range(played):
+            var tid = first + p
+            var tr = tid // GROUPS
+            var tc = tid % GROUPS
+            if tc < lanes_of[D]() and team[p].overlaps(base):
+                var full = team[p].covers(base)
+                comptime if second:
+                    if full:
+                        output_products[D, False](team[p].acc2[c], weights, values, team[p].low - Int32(base), team[p].high - Int32(base), tr, tc)
+                    else:
+                        output_products[D, True](team[p].acc2[c], weights, values, team[p].low - Int32(base), team[p].high - Int32(base), tr, tc)
+                else:
+                    if full:
+                        output_products[D, False](team[p].acc[c], weights, values, team[p].low - Int32(base), team[p].high - Int32(base), tr, tc)
+                    else:
+                        output_products[D, True](team[p].acc[c], weights, values, team[p].low - Int32(base), team[p].high - Int32(base), tr, tc)
+        sync[played]()
+
+
+@always_inline
+def block_scores[D: Int, second: Bool, played: Int, space: AddressSpace](
+    mut team: Array[Thread[D], played], first: Int, base: Int,
+    rows: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    columns: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    row_source: F32Ptr, row_stride: Int, row_offset: Int, row_first: Int,
+    column_source: F32Ptr, column_stride: Int, column_offset: Int, tokens: Int,
+):
+    """Every thread's score tile (s, or t when `second`) = the dot products of the tile's rows (tokens
+    row_first …) with the block's columns (tokens base …), one fma chain over d from +0."""
+    comptime C = chunk_of[D]()
+    comptime for c in range(D // C):
+        for p in range(played):
+            var tid = first + p
+            comptime if c == 0:
+                comptime if second:
+                    team[p].t = Array[Vec, ROWS](fill=Vec(0))
+                else:
+                    team[p].s = Array[Vec, ROWS](fill=Vec(0))
+            stage_lines[C, False](rows, row_source, row_stride, row_offset + c * C, row_first, tokens, tid)
+            stage_lines[C, True](columns, column_source, column_stride, column_offset + c * C, base, tokens, tid)
+        sync[played]()
+        for p in range(played):
+            var tid = first + p
+            if team[p].overlaps(base):
+                comptime if second:
+                    score_products[C](team[p].t, rows, columns, tid // GROUPS, tid % GROUPS)
+                else:
+                    score_products[C](team[p].s, rows, columns, tid // GROUPS, tid % GROUPS)
+        sync[played]()
+
+
+@always_inline
+def store_outputs[D: Int](acc: Outputs[D], destination: F32Ptr, factor: Float32, scaled: Bool, tc: Int, a: Int):
+    """Row a of a thread's output sums (times factor when `scaled`) into its columns of the row at destination."""
+    comptime C = chunk_of[D]()
+    comptime W = width_of[D]()
+    comptime for c in range(D // C):
+        var value = acc[c][a]
+        if scaled:
+            value = value * factor
+        destination.unsafe_store[width=W, alignment=4 * W](c * C + tc * W, value)
+
+
+# ---- forward: o and lse per (query tile, head) -----------------------------------------------------------
+
+@always_inline
+def forward_maxima[D: Int, space: AddressSpace](
+    mut thread: Thread[D], tid: Int, base: Int, scale: Float32,
+    maxima: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """Scale the block's scores, −∞ outside the mask; each row's maximum over the thread's columns to `maxima`."""
+    if not thread.overlaps(base):
+        return
+    var tr = tid // GROUPS
+    var tc = tid % GROUPS
+    comptime for a in range(ROWS):
+        var m = -numerics.INF
+        comptime for u in range(COLS):
+            var s = thread.s[a][u] * scale
+            if not thread.pairs(a, base, tc + GROUPS * u):
+                s = -numerics.INF
+            thread.s[a][u] = s
+            m = s if s > m else m
+        maxima.unsafe_store((ROWS * tr + a) * EXCHANGE_LINE + tc, m)
+
+
+@always_inline
+def forward_weights[D: Int, space: AddressSpace](
+    mut thread: Thread[D], tid: Int, base: Int, maxima: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    sums: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """The rows' new maxima, the block's p = exp(s − m') into the panel, each row's partial Σp to `sums`."""
+    if not thread.overlaps(base):
+        return
+    var tr = tid // GROUPS
+    var tc = tid % GROUPS
+    comptime for a in range(ROWS):
+        var line = maxima.unsafe_offset((ROWS * tr + a) * EXCHANGE_LINE)
+        var m_block = -numerics.INF
+        comptime for g in range(GROUPS):
+            var x = line.unsafe_load(g)
+            m_block = x if x > m_block else m_block
+        var m = thread.m[a]
+        var m_new = m_block if m_block > m else m
+        thread.c[a] = numerics.exp(m - m_new) if m_new != -numerics.INF else Float32(1)
+        thread.m[a] = m_new
+        comptime for u in range(COLS):
+            var s = thread.s[a][u]
+            thread.s[a][u] = Float32(0) if s == -numerics.INF else numerics.exp(s - m_new)
+        var p = thread.s[a]
+        # slots tc + 16u: slot t + t+32 (u0 + u2, u1 + u3), then + t+16; the column groups fold in forward_values
+        sums.unsafe_store((ROWS * tr + a) * EXCHANGE_LINE + tc, (p[0] + p[2]) + (p[1] + p[3]))
+    write_weights(panel, thread.s, tr, tc)
+
+
+@always_inline
+def forward_rescale[D: Int, space: AddressSpace](
+    mut thread: Thread[D], tid: Int, base: Int, sums: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """l = l·c + the block's Σp (column groups folded by halves: +8, +4, +2, +1), and o = o·c."""
+    if not thread.overlaps(base):
+        return
+    var tr = tid // GROUPS
+    comptime for a in range(ROWS):
+        var g16 = sums.unsafe_offset((ROWS * tr + a) * EXCHANGE_LINE).unsafe_load[width=16, alignment=16](0)
+        var g8 = g16.slice[8, offset=0]() + g16.slice[8, offset=8]()
+        var g4 = g8.slice[4, offset=0]() + g8.slice[4, offset=4]()
+        var g2 = g4.slice[2, offset=0]() + g4.slice[2, offset=2]()
+        var c = thread.c[a]
+        thread.l[a] = thread.l[a] * c + (g2[0] + g2[1])
+        comptime for chunk in range(D // chunk_of[D]()):
+            thread.acc[chunk][a] = thread.acc[chunk][a] * c
+
+
+def attention_forward[D: Int, played: Int, space: AddressSpace](
+    task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """Task (query tile, head): o and lse of its 64 queries."""
     var at = Attention(args)
-    comptime G = group_width[played]()
-    var kv = at.kv_head(task)
-    var q = load_row[D](at.q.unsafe_offset(task * D))
-    var keys = at.query_keys(task // at.heads)
-    var m = Array[Float32, played](fill=-numerics.INF)
-    var l = Array[Float32, played](fill=0)
-    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
-    var round = keys[0]
-    while round < keys[1]:
-        comptime for g in range(played // G):
-            var first = round + lane + g * G
-            var count = min(G, keys[1] - first)
-            if count > 0:
-                var rows = SIMD[DType.int64, G](0)
-                comptime for i in range(G):
-                    if i < count:
-                        rows[i] = Int64(at.kv_row(first + i, kv))
-                var scores = dots[D, G](q, at.k, rows, count)
-                comptime for i in range(G):
-                    if i < count:
-                        var slot = g * G + i
-                        var m_lane = m[slot]
-                        var l_lane = l[slot]
-                        var cp = online_step(m_lane, l_lane, scores[i] * at.scale)
-                        m[slot] = m_lane
-                        l[slot] = l_lane
-                        acc[slot] = SIMD[DType.float32, D](cp[1]).fma(
-                            load_row[D](at.v.unsafe_offset(Int(rows[i]) * D)), acc[slot] * cp[0])
-        round += WARP
-    fold_softmax[D, played](m, l, acc)
-    if lane == 0:
-        var o = at.o.unsafe_offset(task * D)
-        if l[0] > 0:
-            o.unsafe_store[width=D, alignment=16](0, acc[0] / l[0])
-        else:
-            o.unsafe_store[width=D, alignment=16](0, SIMD[DType.float32, D](0))
-        at.lse.unsafe_store(task, m[0] + numerics.log(l[0]) if l[0] > 0 else Float32(0))
+    var start = (task // at.heads) * TILE
+    var head = task % at.heads
+    var kv = head * at.kv_heads // at.heads
+    var rows = scratch
+    var columns = scratch.unsafe_offset(TILE * LINE)
+    var maxima = columns.unsafe_offset(PANEL)
+    var sums = maxima.unsafe_offset(EXCHANGE)
+    var q_stride = at.heads * D
+    var kv_stride = at.kv_heads * D
+    var team = Array[Thread[D], played](fill=Thread[D]())
+    var row = 0
+    while row < TILE and start + row < at.tokens:
+        # a run: the rows [row, end) that share one span
+        var span = at.span(start + row)
+        var end = row + 1
+        while end < TILE and start + end < at.tokens:
+            var next = at.span(start + end)
+            if next[0] != span[0] or next[1] != span[1]:
+                break
+            end += 1
+        if span[0] < span[1]:
+            var last = min(span[1], start + end) if at.causal else span[1]  # past the last key a row of the run sees
+            for p in range(played):
+                var tr = (first + p) // GROUPS
+                comptime for a in range(ROWS):
+                    var r = ROWS * tr + a
+                    var inside = row <= r and r < end
+                    var high = min(span[1], start + r + 1) if at.causal else span[1]
+                    team[p].low[a] = Int32(span[0]) if inside else Int32(0)
+                    team[p].high[a] = Int32(high) if inside else Int32(0)
+            var base = span[0]
+            while base < last:
+                block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
+                                       at.k, kv_stride, kv * D, at.tokens)
+                for p in range(played):
+                    forward_maxima(team[p], first + p, base, at.scale, maxima)
+                sync[played]()
+                for p in range(played):
+                    forward_weights(team[p], first + p, base, maxima, sums, rows)
+                    stage_values[chunk_of[D]()](columns, at.v, kv_stride, kv * D, base, at.tokens, first + p)
+                sync[played]()
+                for p in range(played):
+                    forward_rescale(team[p], first + p, base, sums)
+                block_products[D, False](team, first, base, rows, columns, at.v, kv_stride, kv * D, at.tokens)
+                base += TILE
+        row = end
+    for p in range(played):
+        var tid = first + p
+        var tr = tid // GROUPS
+        var tc = tid % GROUPS
+        if tc < lanes_of[D]():
+            comptime for a in range(ROWS):
+                var t = start + ROWS * tr + a
+                if t < at.tokens:
+                    var task_row = t * at.heads + head
+                    var l = team[p].l[a]
+                    comptime C = chunk_of[D]()
+                    comptime W = width_of[D]()
+                    comptime for c in range(D // C):
+                        var value = team[p].acc[c][a] / l if l > 0 else SIMD[DType.float32, W](0)
+                        at.o.unsafe_offset(task_row * D).unsafe_store[width=W, alignment=4 * W](c * C + tc * W, value)
+                    if tc == 0:
+                        at.lse.unsafe_store(task_row, team[p].m[a] + numerics.log(l) if l > 0 else Float32(0))
 
 
-# ---- backward -----------------------------------------------------------------------------------------
+# ---- backward ---------------------------------------------------------------------------------------------
 
 def attention_backward_delta(task: Int, args: Args):
-    """δ = dO·o per (token, head)."""
+    """δ = dO·o per (token, head): an index kernel."""
     var at = Attention(args)
     var D = at.head_dim
-    at.delta.unsafe_store(task, dot(at.d_out.unsafe_offset(task * D), at.o.unsafe_offset(task * D), D))
+    var d_out = at.d_out.unsafe_offset(task * D)
+    var o = at.o.unsafe_offset(task * D)
+    var acc = Float32(0)
+    for d in range(D):
+        acc = fma(d_out.unsafe_load(d), o.unsafe_load(d), acc)
+    at.delta.unsafe_store(task, acc)
 
 
-def attention_backward_dq[D: Int, played: Int](task: Int, lane: Int, args: Args):
-    """dq per (query token, head): scale·Σ_j ds_j k_j over the keys it sees."""
+@always_inline
+def key_weights[D: Int, space: AddressSpace](
+    mut thread: Thread[D], tid: Int, base: Int, head: Int, at: Attention,
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """From the block's scores s and dp (rows: keys, columns: queries): p = exp(s·scale − L) into s and the
+    panel, ds = p·(dp − δ) into t; 0 outside the mask."""
+    if not thread.overlaps(base):
+        return
+    var tr = tid // GROUPS
+    var tc = tid % GROUPS
+    comptime for u in range(COLS):
+        var i = base + tc + GROUPS * u
+        var lse = Float32(0)
+        var delta = Float32(0)
+        if i < at.tokens:
+            lse = at.lse.unsafe_load(i * at.heads + head)
+            delta = at.delta.unsafe_load(i * at.heads + head)
+        comptime for a in range(ROWS):
+            var p = Float32(0)
+            var ds = Float32(0)
+            if thread.pairs(a, base, tc + GROUPS * u):
+                p = numerics.exp(thread.s[a][u] * at.scale - lse)
+                ds = p * (thread.t[a][u] - delta)
+            thread.s[a][u] = p
+            thread.t[a][u] = ds
+    write_weights(panel, thread.s, tr, tc)
+
+
+def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
+    task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """Task (key tile, kv head): dk and dv of its 64 keys, over the heads of the group, then the queries."""
     var at = Attention(args)
-    comptime G = group_width[played]()
-    var kv = at.kv_head(task)
-    var q = load_row[D](at.q.unsafe_offset(task * D))
-    var d_out = load_row[D](at.d_out.unsafe_offset(task * D))
-    var lse = at.lse.unsafe_load(task)
-    var delta = at.delta.unsafe_load(task)
-    var keys = at.query_keys(task // at.heads)
-    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
-    var round = keys[0]
-    while round < keys[1]:
-        comptime for g in range(played // G):
-            var first = round + lane + g * G
-            var count = min(G, keys[1] - first)
-            if count > 0:
-                var rows = SIMD[DType.int64, G](0)
-                comptime for i in range(G):
-                    if i < count:
-                        rows[i] = Int64(at.kv_row(first + i, kv))
-                var scores = dots[D, G](q, at.k, rows, count)
-                var dps = dots[D, G](d_out, at.v, rows, count)
-                comptime for i in range(G):
-                    if i < count:
-                        var ds = numerics.exp(scores[i] * at.scale - lse) * (dps[i] - delta)
-                        acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
-                            load_row[D](at.k.unsafe_offset(Int(rows[i]) * D)), acc[g * G + i])
-        round += WARP
-    var total = fold_sums[D, played](acc)
-    if lane == 0:
-        at.dq.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total * at.scale)
+    var start = (task // at.kv_heads) * TILE
+    var kv = task % at.kv_heads
+    var group = at.heads // at.kv_heads
+    var rows = scratch
+    var columns = scratch.unsafe_offset(TILE * LINE)
+    var q_stride = at.heads * D
+    var kv_stride = at.kv_heads * D
+    var team = Array[Thread[D], played](fill=Thread[D]())
+    for p in range(played):
+        var tr = (first + p) // GROUPS
+        comptime for a in range(ROWS):
+            var t = start + ROWS * tr + a
+            if t < at.tokens:
+                var queries = at.queries_of(t)
+                team[p].low[a] = Int32(queries[0])
+                team[p].high[a] = Int32(queries[1])
+    var low = at.tokens
+    var high = 0
+    for r in range(min(TILE, at.tokens - start)):
+        var queries = at.queries_of(start + r)
+        if queries[0] < queries[1]:
+            low = min(low, queries[0])
+            high = max(high, queries[1])
+    for member in range(group):
+        var head = kv * group + member
+        var base = low
+        while base < high:
+            block_scores[D, False](team, first, base, rows, columns, at.k, kv_stride, kv * D, start,
+                                   at.q, q_stride, head * D, at.tokens)
+            block_scores[D, True](team, first, base, rows, columns, at.v, kv_stride, kv * D, start,
+                                  at.d_out, q_stride, head * D, at.tokens)
+            for p in range(played):
+                key_weights(team[p], first + p, base, head, at, rows)
+                stage_values[chunk_of[D]()](columns, at.d_out, q_stride, head * D, base, at.tokens, first + p)
+            sync[played]()
+            block_products[D, False](team, first, base, rows, columns, at.d_out, q_stride, head * D, at.tokens)
+            for p in range(played):
+                var tid = first + p
+                if team[p].overlaps(base):
+                    write_weights(rows, team[p].t, tid // GROUPS, tid % GROUPS)
+                stage_values[chunk_of[D]()](columns, at.q, q_stride, head * D, base, at.tokens, tid)
+            sync[played]()
+            block_products[D, True](team, first, base, rows, columns, at.q, q_stride, head * D, at.tokens)
+            base += TILE
+    for p in range(played):
+        var tid = first + p
+        var tr = tid // GROUPS
+        var tc = tid % GROUPS
+        if tc < lanes_of[D]():
+            comptime for a in range(ROWS):
+                var t = start + ROWS * tr + a
+                if t < at.tokens:
+                    var task_row = t * at.kv_heads + kv
+                    store_outputs[D](team[p].acc, at.dv.unsafe_offset(task_row * D), at.scale, False, tc, a)
+                    store_outputs[D](team[p].acc2, at.dk.unsafe_offset(task_row * D), at.scale, True, tc, a)
 
 
-def attention_backward_dv[D: Int, played: Int](task: Int, lane: Int, args: Args):
-    """dv per (key token, kv head): Σ over the (head, query) pairs that see it of p·dO."""
+@always_inline
+def query_weights[D: Int, space: AddressSpace](
+    mut thread: Thread[D], tid: Int, base: Int, scale: Float32,
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """From the block's scores s and dp (rows: queries, columns: keys): ds = exp(s·scale − L)·(dp − δ) into the
+    panel, 0 outside the mask."""
+    if not thread.overlaps(base):
+        return
+    var tr = tid // GROUPS
+    var tc = tid % GROUPS
+    comptime for a in range(ROWS):
+        comptime for u in range(COLS):
+            var ds = Float32(0)
+            if thread.pairs(a, base, tc + GROUPS * u):
+                var p = numerics.exp(thread.s[a][u] * scale - thread.m[a])
+                ds = p * (thread.t[a][u] - thread.l[a])
+            thread.t[a][u] = ds
+    write_weights(panel, thread.t, tr, tc)
+
+
+def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
+    task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """Task (query tile, head): dq of its 64 queries, over their keys."""
     var at = Attention(args)
-    comptime G = group_width[played]()
-    var k = load_row[D](at.k.unsafe_offset(task * D))
-    var pairs = at.key_pairs(task)
-    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
-    var round = 0
-    while round < pairs.count:
-        comptime for g in range(played // G):
-            var first = round + lane + g * G
-            var count = min(G, pairs.count - first)
-            if count > 0:
-                var rows = SIMD[DType.int64, G](0)
-                comptime for i in range(G):
-                    if i < count:
-                        rows[i] = Int64(at.pair_row(pairs, first + i))
-                var scores = dots[D, G](k, at.q, rows, count)
-                comptime for i in range(G):
-                    if i < count:
-                        var row = Int(rows[i])
-                        var p = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row))
-                        acc[g * G + i] = SIMD[DType.float32, D](p).fma(
-                            load_row[D](at.d_out.unsafe_offset(row * D)), acc[g * G + i])
-        round += WARP
-    var total = fold_sums[D, played](acc)
-    if lane == 0:
-        at.dv.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total)
-
-
-def attention_backward_dk[D: Int, played: Int](task: Int, lane: Int, args: Args):
-    """dk per (key token, kv head): scale·Σ over the (head, query) pairs that see it of ds·q."""
-    var at = Attention(args)
-    comptime G = group_width[played]()
-    var k = load_row[D](at.k.unsafe_offset(task * D))
-    var v = load_row[D](at.v.unsafe_offset(task * D))
-    var pairs = at.key_pairs(task)
-    var acc = Array[SIMD[DType.float32, D], played](fill=SIMD[DType.float32, D](0))
-    var round = 0
-    while round < pairs.count:
-        comptime for g in range(played // G):
-            var first = round + lane + g * G
-            var count = min(G, pairs.count - first)
-            if count > 0:
-                var rows = SIMD[DType.int64, G](0)
-                comptime for i in range(G):
-                    if i < count:
-                        rows[i] = Int64(at.pair_row(pairs, first + i))
-                var scores = dots[D, G](k, at.q, rows, count)
-                var dps = dots[D, G](v, at.d_out, rows, count)
-                comptime for i in range(G):
-                    if i < count:
-                        var row = Int(rows[i])
-                        var ds = numerics.exp(scores[i] * at.scale - at.lse.unsafe_load(row)) * (
-                            dps[i] - at.delta.unsafe_load(row))
-                        acc[g * G + i] = SIMD[DType.float32, D](ds).fma(
-                            load_row[D](at.q.unsafe_offset(row * D)), acc[g * G + i])
-        round += WARP
-    var total = fold_sums[D, played](acc)
-    if lane == 0:
-        at.dk.unsafe_offset(task * D).unsafe_store[width=D, alignment=16](0, total * at.scale)
+    var start = (task // at.heads) * TILE
+    var head = task % at.heads
+    var kv = head * at.kv_heads // at.heads
+    var rows = scratch
+    var columns = scratch.unsafe_offset(TILE * LINE)
+    var q_stride = at.heads * D
+    var kv_stride = at.kv_heads * D
+    var team = Array[Thread[D], played](fill=Thread[D]())
+    for p in range(played):
+        var tr = (first + p) // GROUPS
+        comptime for a in range(ROWS):
+            var t = start + ROWS * tr + a
+            if t < at.tokens:
+                var keys = at.keys_of(t)
+                team[p].low[a] = Int32(keys[0])
+                team[p].high[a] = Int32(keys[1])
+                team[p].m[a] = at.lse.unsafe_load(t * at.heads + head)
+                team[p].l[a] = at.delta.unsafe_load(t * at.heads + head)
+    var low = at.tokens
+    var high = 0
+    for r in range(min(TILE, at.tokens - start)):
+        var keys = at.keys_of(start + r)
+        if keys[0] < keys[1]:
+            low = min(low, keys[0])
+            high = max(high, keys[1])
+    var base = low
+    while base < high:
+        block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
+                               at.k, kv_stride, kv * D, at.tokens)
+        block_scores[D, True](team, first, base, rows, columns, at.d_out, q_stride, head * D, start,
+                              at.v, kv_stride, kv * D, at.tokens)
+        for p in range(played):
+            query_weights(team[p], first + p, base, at.scale, rows)
+            stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
+        sync[played]()
+        block_products[D, False](team, first, base, rows, columns, at.k, kv_stride, kv * D, at.tokens)
+        base += TILE
+    for p in range(played):
+        var tid = first + p
+        var tr = tid // GROUPS
+        var tc = tid % GROUPS
+        if tc < lanes_of[D]():
+            comptime for a in range(ROWS):
+                var t = start + ROWS * tr + a
+                if t < at.tokens:
+                    store_outputs[D](team[p].acc, at.dq.unsafe_offset((t * at.heads + head) * D), at.scale, True, tc, a)

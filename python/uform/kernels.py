@@ -22,6 +22,7 @@ FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
 UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op → code of unary_math
 COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
+ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -281,39 +282,45 @@ def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: 
     return tokens
 
 
-def _attention_geometry(heads: int, kv_heads: int, head_dim: int, causal: bool) -> dict:
-    return dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, scale=head_dim ** -0.5)
+def _attention_geometry(tokens: int, heads: int, kv_heads: int, head_dim: int, causal: bool) -> dict:
+    return dict(tokens=tokens, heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal,
+                scale=head_dim ** -0.5)
+
+
+def _attention_tiles(tokens: int) -> int:
+    return -(-tokens // ATTENTION_TILE)
 
 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
                       kv_heads: int, head_dim: int, causal: bool) -> None:
     """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
-    query's log-sum-exp for the backward."""
+    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head."""
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     _expect(v, "v", k.size)
     _expect(o, "o", q.size)
     _expect(lse, "lse", tokens * heads)
-    _launch("attention_forward", tokens * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
-            **_attention_geometry(heads, kv_heads, head_dim, causal))
+    _launch("attention_forward", _attention_tiles(tokens) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
+            **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
                        causal: bool, delta: Buffer | None = None) -> None:
-    """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace)."""
+    """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace):
+    δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head."""
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
-    # The four kernels share one interface: each reads its inputs and writes its own output.
+    # The three kernels share one interface: each reads its inputs and writes its own output.
     operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, delta=delta, dq=dq, dk=dk, dv=dv,
-                    **_attention_geometry(heads, kv_heads, head_dim, causal))
+                    **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    tiles = _attention_tiles(tokens)
     _launch("attention_backward_delta", tokens * heads, **operands)
-    _launch("attention_backward_dq", tokens * heads, **operands)
-    _launch("attention_backward_dv", tokens * kv_heads, **operands)
-    _launch("attention_backward_dk", tokens * kv_heads, **operands)
+    _launch("attention_backward_dkdv", tiles * kv_heads, **operands)
+    _launch("attention_backward_dq", tiles * heads, **operands)
 
 
 # ---- rotary positions ------------------------------------------------------------------------

@@ -370,8 +370,9 @@ class LanguageModelTrainer:
     def attention_stage_report(self) -> dict | None:
         """Memory held by the open session's attention stages (None without a resident session).
 
-        The engine's attention never materialises score matrices (each query walks its keys), so the
-        eager cells are zero; what it keeps is one log-sum-exp per query and head, per layer."""
+        The engine's attention never materialises score matrices (a team scores 64 × 64 pairs at a time in
+        shared memory), so the eager cells are zero; what it keeps is one log-sum-exp per query and head,
+        per layer."""
         if not self._resident or self._model is None:
             return None
         c = self._shape
