@@ -296,22 +296,32 @@ item). For --modality image, video or audio, each item is the path of a media fi
     return parser
 
 
-def read_items(path: Path, field: str) -> list[str]:
-    """The items of a .jsonl or text file, in order; a bad line is refused naming it."""
+def input_lines(path: Path) -> list[str]:
+    """The lines of INPUT, refused in one line when it cannot be read."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"INPUT: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
-    if path.suffix != ".jsonl":
-        return [line for line in lines if line.strip()]
-    items = []
+
+
+def json_lines(path: Path, lines: list[str]):
+    """(line number, value) of every non-blank line of a JSONL file; a bad line is refused naming it."""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as error:
             raise UsageError(f"INPUT: {path}:{number}: bad JSON: {error.msg}") from None
+
+
+def read_items(path: Path, field: str) -> list[str]:
+    """The items of a .jsonl or text file, in order; a bad line is refused naming it."""
+    lines = input_lines(path)
+    if path.suffix != ".jsonl":
+        return [line for line in lines if line.strip()]
+    items = []
+    for number, value in json_lines(path, lines):
         if isinstance(value, dict):
             if field not in value:
                 raise UsageError(f"INPUT: {path}:{number}: no {field!r} key (name the item's key with --field)")
@@ -366,18 +376,8 @@ that item's choice_targets.""")
 
 def read_states(path: Path) -> list[dict]:
     """The {"text", "choices"} objects of a .jsonl file; a bad line is refused naming it."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"INPUT: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
     states = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"INPUT: {path}:{number}: bad JSON: {error.msg}") from None
+    for number, value in json_lines(path, input_lines(path)):
         if not isinstance(value, dict) or not isinstance(value.get("text"), str) \
                 or not isinstance(value.get("choices"), str):
             raise UsageError(f"INPUT: {path}:{number}: expected an object with string \"text\" and \"choices\"")
