@@ -117,6 +117,9 @@ def test_token_vectors_are_unit_rows_independent_of_their_neighbours():
     scores = uform.maxsim(queries, documents)
     expected = [[(q @ d.T).max(1).sum() for d in documents] for q in queries]
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
+    with_empty = uform.maxsim(queries + [np.zeros((0, 16))], [np.zeros((0, 16))] + documents)
+    assert not with_empty[:, 0].any() and not with_empty[-1].any()
+    assert np.array_equal(with_empty[:-1, 1:], scores)
     with pytest.raises(uform.UFormError, match="maxsim: documents must be a sequence"):
         uform.maxsim(queries, documents[0])
 

@@ -92,15 +92,21 @@ def late_targets(sign: np.ndarray, weight: np.ndarray, segment_sides: np.ndarray
 def maxsim(queries, documents) -> np.ndarray:
     """Hard MaxSim scores (len(queries), len(documents)) float32 between token vectors as
     ``encode_tokens`` answers them: Σ over a query's rows of the largest dot product with a document's rows
-    (float64 on the host, rounded once). Each argument is a sequence of (rows, width) arrays, one per item."""
+    (float64 on the host, rounded once; 0 where either side has no rows). Each argument is a sequence of
+    (rows, width) arrays, one per item. Each query is one product with every document's rows at once."""
     for name, value in (("queries", queries), ("documents", documents)):
         if isinstance(value, np.ndarray):
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"maxsim: {name} must be a sequence of (rows, width) "
                              f"arrays, one per item (as encode_tokens answers), got one {value.ndim}-D array")
     scores = np.zeros((len(queries), len(documents)))
-    for j, document in enumerate(documents):
-        d = np.asarray(document, np.float64)
-        for i, query in enumerate(queries):
-            if len(query) and len(d):
-                scores[i, j] = (np.asarray(query, np.float64) @ d.T).max(axis=1).sum()
+    counts = np.array([len(d) for d in documents], np.int64)
+    present = np.flatnonzero(counts)
+    if present.size == 0:
+        return scores.astype(np.float32)
+    rows = np.concatenate([np.asarray(documents[j], np.float64) for j in present])
+    starts = np.concatenate([[0], np.cumsum(counts[present])[:-1]])
+    for i, query in enumerate(queries):
+        if len(query):
+            similarity = np.asarray(query, np.float64) @ rows.T
+            scores[i, present] = np.maximum.reduceat(similarity, starts, axis=1).sum(axis=0)
     return scores.astype(np.float32)
