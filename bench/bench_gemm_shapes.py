@@ -1,7 +1,7 @@
 """fp32 GEMM at the text encoder's shapes (bench_encoder.py: 65,536 tokens, hidden 768, MLP 3072): the
 forward products (A·B), the input gradients (A·Bᵀ) and the weight gradients (Aᵀ·B, summed over every
-token; 768×768 is split into k ranges), each timed alone with the engine's own tiling and with the tile
-forced to 64 and 128 (UFORM_GEMM_TILE, ignored by builds without it), against PyTorch fp32 (TF32 off)
+token; 768×768 is split into k ranges), each timed alone with the engine's own tiling and with each tiling
+forced (UFORM_GEMM_TILE, ignored by builds without it), against PyTorch fp32 (TF32 off)
 in the same run. GPU only. Figure: bench/RESULTS.md."""
 
 import os
@@ -34,16 +34,16 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     device = uform.Device.gpu(0)
-    rng = np.random.default_rng(0)
+    pool = np.random.default_rng(0).standard_normal(max(m * k + k * n for _, m, n, k, _, _ in SHAPES), dtype=np.float32)
     rows = []
     for name, m, n, k, ta, tb in SHAPES:
-        a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
-        b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+        a = pool[:m * k].reshape((k, m) if ta else (m, k))  # random operands, one draw for every shape
+        b = pool[m * k:m * k + k * n].reshape((n, k) if tb else (k, n))
         ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
         flops = 2 * m * n * k
         row = {"shape": name, "m": m, "n": n, "k": k, "transpose_a": ta, "transpose_b": tb,
                "k_ranges": K._gemm_chunks(m, n, k)}
-        for tile in ("auto", "64", "128"):
+        for tile in ("auto", "large", "large-k16", "small", "small-8x8"):
             if tile == "auto":
                 os.environ.pop("UFORM_GEMM_TILE", None)
             else:

@@ -46,18 +46,21 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
         return k * N + n
 
 
-# ---- GPU: a BM×BN output tile per block, 8×8 outputs per thread --------------------------
-# The block stages BK-deep slices of op(A) and op(B) through two shared-memory stages: while it
-# multiplies one stage, each thread already holds its share of the next slice in registers (loaded
-# from global memory before the products, stored to the other stage after them), so one barrier per
-# slice suffices. Loads are 128-bit where the layout allows it (`vec`). Shared rows are padded by 4
-# floats, so the transposing stores (the operand stored k-contiguous) meet no bank conflicts.
-# Each thread's 8×8 outputs are two 4-row by two 4-column blocks, BM/2 rows and BN/2 columns apart;
-# a warp's threads form 4 rows × 8 columns of such blocks, so its fragment loads are conflict-free
-# 128-bit shared loads. None of this touches the order: each output is still its own chain over k.
-# Large outputs take 128×128 tiles (256 threads); smaller ones 64×64 tiles of 64 threads, so more
-# blocks share the multiprocessors (the weight gradients: 768 × 3072 outputs over 65,536 tokens are
-# 144 large tiles on 132 multiprocessors, but 576 small ones).
+# ---- GPU: a BM×BN output tile per block, TM×8 outputs per thread --------------------------
+# The block stages KT-deep slices of op(A) and op(B) through two shared-memory stages. While it
+# multiplies one stage, each thread loads its share of the next slice from global memory into
+# registers (the loads issued before the products, so their latency hides behind them) and stores it
+# to the other stage after them: one barrier per slice. A slice of 16 k comes in two halves, each
+# loaded before and stored after half of the products, which halves the registers it holds. Loads
+# are 128-bit where the layout allows it (`vec`). Shared rows are padded by 4 floats, so the
+# transposing stores (the operand stored k-contiguous) meet no bank conflicts. Each thread's outputs
+# are one or two 4-row blocks (BM/2 rows apart) by two 4-column blocks (BN/2 apart); a warp's threads
+# form 4 rows × 8 columns of such blocks, so its fragment loads are conflict-free 128-bit shared
+# loads. None of this touches the order: each output is still its own chain over k, slice after slice.
+# Large launches take 128×128 tiles of 8×8 per thread (256 threads, two blocks per multiprocessor);
+# smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
+# (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
+# multiprocessors, but 576 small ones of 4 warps each).
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than an H200 has multiprocessors
@@ -133,16 +136,23 @@ def quad_place[k_contiguous: Bool, BR: Int, threads: Int](tid: Int, e: Int) -> T
     MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(threads)), `nvvm.minctasm`=SIMDLength(blocks_per_sm)
 )
 def gemm_gpu[
-    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, KT: Int, threads: Int, blocks_per_sm: Int, vec: Bool
+    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
+    vec: Bool,
 ](c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64):
-    """Block (x, y, z) computes output tile (y, x) over k range z; with several ranges, `c` is the
-    partial sums [ranges, M, N] and accumulate is 0. KT: the k depth of a staged slice."""
-    comptime assert (BM // 8) * (BN // 8) == threads, "one thread per 8×8 outputs"
-    comptime assert (BN // 8) % 8 == 0 and (BM // 8) % 4 == 0, "warps of 4×8 threads"
+    """C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, each output one fma chain over k ascending
+    from +0, C0 added once after it (the canonical order above). Block (x, y, z) computes output tile
+    (y, x) over k range z; with several ranges, `c` is the partial sums [ranges, M, N] and accumulate
+    is 0. TM×8 outputs per thread (TM = 4 or 8); KT: the k depth of a staged slice."""
+    comptime RB = TM // 4  # blocks of 4 rows per thread, BM/RB rows apart
+    comptime assert RB * 4 == TM and (RB == 1 or RB == 2), "4 or 8 rows per thread"
+    comptime assert (BM // TM) * (BN // 8) == threads, "one thread per TM×8 outputs"
+    comptime assert (BN // 8) % 8 == 0 and (BM // TM) % 4 == 0, "warps of 4×8 threads"
     comptime assert KT % 8 == 0, "k-contiguous staging covers 8 k per thread pair"
     comptime A_QUADS = BM * KT // 4 // threads
     comptime B_QUADS = BN * KT // 4 // threads
     comptime assert A_QUADS * threads * 4 == BM * KT and B_QUADS * threads * 4 == BN * KT, "whole quads per thread"
+    comptime assert A_QUADS == B_QUADS and KT % A_QUADS == 0, "the slice staged in equal parts"
+    comptime PARTS = A_QUADS  # each part: one quad of A and one of B per thread
     comptime SA = BM + PAD
     comptime SB = BN + PAD
     comptime A_STAGE = KT * SA
@@ -168,82 +178,81 @@ def gemm_gpu[
     var As = stack_allocation[2 * A_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
     var Bs = stack_allocation[2 * B_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
 
-    var acc = Array[Quad, 16](fill=Quad(0))  # acc[2·r + h]: row block r (0…7), column half h
-    var a_next = Array[Quad, A_QUADS](fill=Quad(0))
-    var b_next = Array[Quad, B_QUADS](fill=Quad(0))
+    var acc = Array[Quad, 2 * TM](fill=Quad(0))  # acc[2·r + h]: row r (0…TM−1), column half h
+    var a_next = Array[Quad, PARTS](fill=Quad(0))
+    var b_next = Array[Quad, PARTS](fill=Quad(0))
 
     @always_inline
-    def fetch(k0: Int) {mut a_next, mut b_next, imm a, imm b, imm tid, imm row0, imm col0, imm M, imm N, imm K, imm k_end}:
-        comptime for e in range(A_QUADS):
-            var place = quad_place[A_KC, BM, threads](tid, e)
-            comptime if A_KC:
-                a_next[e] = load_quad[True, vec](a, row0 + place[0], k0 + place[1], M, K, k_end)
-            else:
-                a_next[e] = load_quad[False, vec](a, row0 + place[0], k0 + place[1], M, K, k_end)
-        comptime for e in range(B_QUADS):
-            var place = quad_place[B_KC, BN, threads](tid, e)
-            comptime if B_KC:
-                b_next[e] = load_quad[True, vec](b, col0 + place[0], k0 + place[1], N, K, k_end)
-            else:
-                b_next[e] = load_quad[False, vec](b, col0 + place[0], k0 + place[1], N, K, k_end)
+    def fetch(k0: Int, e: Int) {mut a_next, mut b_next, imm a, imm b, imm tid, imm row0, imm col0, imm M, imm N, imm K, imm k_end}:
+        var a_place = quad_place[A_KC, BM, threads](tid, e)
+        comptime if A_KC:
+            a_next[e] = load_quad[True, vec](a, row0 + a_place[0], k0 + a_place[1], M, K, k_end)
+        else:
+            a_next[e] = load_quad[False, vec](a, row0 + a_place[0], k0 + a_place[1], M, K, k_end)
+        var b_place = quad_place[B_KC, BN, threads](tid, e)
+        comptime if B_KC:
+            b_next[e] = load_quad[True, vec](b, col0 + b_place[0], k0 + b_place[1], N, K, k_end)
+        else:
+            b_next[e] = load_quad[False, vec](b, col0 + b_place[0], k0 + b_place[1], N, K, k_end)
 
     @always_inline
-    def stage(s: Int) {imm a_next, imm b_next, imm As, imm Bs, imm tid}:
+    def stage(s: Int, e: Int) {imm a_next, imm b_next, imm As, imm Bs, imm tid}:
         var a_stage = As.unsafe_offset(s * A_STAGE)
         var b_stage = Bs.unsafe_offset(s * B_STAGE)
-        comptime for e in range(A_QUADS):
-            var place = quad_place[A_KC, BM, threads](tid, e)
-            comptime if A_KC:
-                comptime for i in range(4):
-                    a_stage.unsafe_store((place[1] + i) * SA + place[0], a_next[e][i])
-            else:
-                a_stage.unsafe_store[alignment=16](place[1] * SA + place[0], a_next[e])
-        comptime for e in range(B_QUADS):
-            var place = quad_place[B_KC, BN, threads](tid, e)
-            comptime if B_KC:
-                comptime for i in range(4):
-                    b_stage.unsafe_store((place[1] + i) * SB + place[0], b_next[e][i])
-            else:
-                b_stage.unsafe_store[alignment=16](place[1] * SB + place[0], b_next[e])
+        var a_place = quad_place[A_KC, BM, threads](tid, e)
+        comptime if A_KC:
+            comptime for i in range(4):
+                a_stage.unsafe_store((a_place[1] + i) * SA + a_place[0], a_next[e][i])
+        else:
+            a_stage.unsafe_store[alignment=16](a_place[1] * SA + a_place[0], a_next[e])
+        var b_place = quad_place[B_KC, BN, threads](tid, e)
+        comptime if B_KC:
+            comptime for i in range(4):
+                b_stage.unsafe_store((b_place[1] + i) * SB + b_place[0], b_next[e][i])
+        else:
+            b_stage.unsafe_store[alignment=16](b_place[1] * SB + b_place[0], b_next[e])
 
     @always_inline
     def step(s: Int, kk: Int) {mut acc, imm As, imm Bs, imm ty, imm tx}:
         var a_row = As.unsafe_offset(s * A_STAGE + kk * SA + 4 * ty)
         var b_row = Bs.unsafe_offset(s * B_STAGE + kk * SB + 4 * tx)
-        var a_lo = a_row.unsafe_load[width=4, alignment=16](0)
-        var a_hi = a_row.unsafe_load[width=4, alignment=16](BM // 2)
         var b_lo = b_row.unsafe_load[width=4, alignment=16](0)
         var b_hi = b_row.unsafe_load[width=4, alignment=16](BN // 2)
-        comptime for r in range(8):
-            var x = Quad(a_lo[r]) if r < 4 else Quad(a_hi[r - 4])
-            acc[2 * r] = x.fma(b_lo, acc[2 * r])
-            acc[2 * r + 1] = x.fma(b_hi, acc[2 * r + 1])
+        comptime for rb in range(RB):
+            var a_quad = a_row.unsafe_load[width=4, alignment=16](rb * (BM // RB))
+            comptime for i in range(4):
+                var x = Quad(a_quad[i])
+                acc[2 * (4 * rb + i)] = x.fma(b_lo, acc[2 * (4 * rb + i)])
+                acc[2 * (4 * rb + i) + 1] = x.fma(b_hi, acc[2 * (4 * rb + i) + 1])
 
     var span = k_end - k_begin
     var full_tiles = span // KT
     var tiles = (span + KT - 1) // KT
     if tiles > 0:
-        fetch(k_begin)
-        stage(0)
+        comptime for e in range(PARTS):
+            fetch(k_begin, e)
+            stage(0, e)
     barrier()
     for t in range(tiles):
         var s = t % 2
-        var more = t + 1 < tiles
-        if more:
-            fetch(k_begin + (t + 1) * KT)  # in flight during the products below
+        var k_next = k_begin + (t + 1) * KT
         if t < full_tiles:
-            comptime for kk in range(KT):
-                step(s, kk)
+            # The next slice comes in parts, each loaded before a share of the products and stored to
+            # the free stage after it: its loads are in flight meanwhile, and it holds few registers.
+            comptime for e in range(PARTS):
+                fetch(k_next, e)  # zeros past the range's end: the last slice stages zeros, never read
+                comptime for kk in range(e * (KT // PARTS), (e + 1) * (KT // PARTS)):
+                    step(s, kk)
+                stage(1 - s, e)
         else:
-            # The last, partial slice stops at the range's end exactly, as the CPU does.
+            # The last, partial slice (never followed by another) stops at the range's end exactly,
+            # as the CPU does.
             for kk in range(span - t * KT):
                 step(s, kk)
-        if more:
-            stage(1 - s)
         barrier()
 
-    comptime for r in range(8):
-        var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // 2)
+    comptime for r in range(TM):
+        var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // RB)
         if m < M:
             comptime for h in range(2):
                 var n = col0 + 4 * tx + h * (BN // 2)
@@ -345,19 +354,31 @@ def sum_chunks(i: Int, args: Args):
 
 # ---- dispatch ---------------------------------------------------------------------------
 
+comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), slices of 8 k
+comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
+comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
+comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
+
+
 def gpu_tiling(M: Int, N: Int, chunks: Int) -> Int:
-    """The GPU tile edge, 128 or 64, for an M×N output in `chunks` k ranges: 64 unless the launch has at
-    least LARGE_TILE_MIN_BLOCKS blocks of 128×128. UFORM_GEMM_TILE=128 or 64 forces one (for tests and
-    tuning: the tile never changes a bit)."""
+    """The GPU tiling for an M×N output in `chunks` k ranges: LARGE when the launch has at least
+    LARGE_TILE_MIN_BLOCKS blocks of 128×128, else SMALL. UFORM_GEMM_TILE = large, large-k16, small or
+    small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
     var forced = getenv("UFORM_GEMM_TILE")
-    if forced == "128":
-        return 128
-    if forced == "64":
-        return 64
-    return 128 if ((N + 127) // 128) * ((M + 127) // 128) * chunks >= LARGE_TILE_MIN_BLOCKS else 64
+    if forced == "large":
+        return LARGE
+    if forced == "large-k16":
+        return LARGE_K16
+    if forced == "small":
+        return SMALL
+    if forced == "small-8x8":
+        return SMALL_8X8
+    return LARGE if ((N + 127) // 128) * ((M + 127) // 128) * chunks >= LARGE_TILE_MIN_BLOCKS else SMALL
 
 
-def launch_gemm[transpose_a: Bool, transpose_b: Bool, BM: Int, KT: Int, threads: Int, blocks_per_sm: Int](
+def launch_gemm[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int
+](
     dev: DevicePtr, target: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, flag: Int64, length: Int,
     chunks: Int,
 ) raises:
@@ -368,11 +389,11 @@ def launch_gemm[transpose_a: Bool, transpose_b: Bool, BM: Int, KT: Int, threads:
     var vec = a_row % 4 == 0 and b_row % 4 == 0 and N % 4 == 0 and (Int(a) | Int(b) | Int(target)) % 16 == 0
     var grid = ((N + BM - 1) // BM, (M + BM - 1) // BM, chunks)
     if vec:
-        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, KT, threads, blocks_per_sm, True]](
+        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, True]](
             target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
         )
     else:
-        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, KT, threads, blocks_per_sm, False]](
+        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, False]](
             target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
         )
 
@@ -389,10 +410,15 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
-            if gpu_tiling(M, N, chunks) == 128:
-                launch_gemm[transpose_a, transpose_b, 128, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
+            var tiling = gpu_tiling(M, N, chunks)
+            if tiling == LARGE:
+                launch_gemm[transpose_a, transpose_b, 128, 8, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
+            elif tiling == LARGE_K16:
+                launch_gemm[transpose_a, transpose_b, 128, 8, 16, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
+            elif tiling == SMALL:
+                launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
             else:
-                launch_gemm[transpose_a, transpose_b, 64, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
+                launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:
         for z in range(chunks):
             gemm_cpu[transpose_a, transpose_b](
