@@ -45,16 +45,48 @@ def test_portable_math_bits_match_cpu(op):
     assert differing == 0, f"{op}: {differing} of {x.size} results differ between CPU and GPU"
 
 
-@pytest.mark.parametrize("m,n,k", [(1000, 1100, 1200), (1600, 1700, 300)], ids=["small-tiles", "large-tiles"])
-def test_large_gemm_bits_match_cpu(m, n, k):
-    """Both GPU tilings (64×64 for outputs of fewer than 132 large tiles, 128×128 above) against the CPU."""
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
+GEMM_CASES = [c for c in all_cases() if c[0].startswith("gemm-")]
+
+
+TILINGS = ["large", "large-k16", "small", "small-8x8"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
+
+
+@pytest.mark.parametrize("tile", TILINGS)
+@pytest.mark.parametrize("name,case,kwargs", GEMM_CASES, ids=[c[0] for c in GEMM_CASES])
+def test_gemm_bits_match_cpu_in_every_tiling(monkeypatch, tile, name, case, kwargs):
+    """Every GEMM case with each GPU tiling forced (UFORM_GEMM_TILE): the CPU's bits."""
+    monkeypatch.setenv("UFORM_GEMM_TILE", tile)
+    seed = zlib.crc32(name.encode())
+    cpu = case(uform.Device.cpu(), seed=seed, **kwargs)["c"][0]
+    gpu = case(uform.Device.gpu(0), seed=seed, **kwargs)["c"][0]
+    assert same_bits(cpu, gpu), f"{name}: {int(np.count_nonzero(cpu.view(np.uint32) != gpu.view(np.uint32)))} differ"
+
+
+@pytest.mark.parametrize("tile", ["auto"] + TILINGS)
+@pytest.mark.parametrize("m,n,k,transpose_a,transpose_b,accumulate", [
+    (1000, 1100, 1200, False, False, False),  # 72 large tiles: small unless forced
+    (1600, 1700, 300, False, True, True),
+    (2048, 4096, 256, False, False, False),  # 512 large tiles, just under the threshold: small
+    (4096, 2304, 192, True, False, True),  # 576 large tiles: large
+    (1031, 2053, 517, True, False, False),  # no dimension a multiple of 4: the scalar loads and stores
+    (2051, 1029, 259, False, True, True),
+    (768, 768, 16384, True, False, False),  # split into 8 k ranges (the weight-gradient form)
+    (390, 130, 8200, True, False, True),  # split into 4 ranges, rows not a multiple of 4
+], ids=lambda v: str(int(v)) if isinstance(v, bool) else str(v))
+def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, transpose_b, accumulate):
+    """Larger products, in the dispatch's own tiling and in every forced one, every transpose, partial tiles
+    at every edge, the 128-bit and the scalar paths, with and without C0 and k ranges: the CPU's bits."""
+    if tile != "auto":
+        monkeypatch.setenv("UFORM_GEMM_TILE", tile)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
     results = []
     for device in (uform.Device.cpu(), uform.Device.gpu(0)):
-        c = device.empty((m, n))
-        K.gemm(c, device.put(a), device.put(b), m, n, k)
+        c = device.put(c0)
+        K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+               accumulate=accumulate)
         results.append(c.numpy())
     assert same_bits(*results)
 

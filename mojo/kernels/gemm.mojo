@@ -10,7 +10,8 @@ into `k_chunks(M, N, K)` consecutive k ranges instead: each range its own chain 
 depends on M, N and K alone, so every device cuts the same ranges. Both launchers keep it:
 the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
 kernel gives each thread an 8×8 block of outputs, each its own chain, while the
-block stages 128×8 and 8×128 tiles of A and B through shared memory.
+block stages k slices of A and B through two shared-memory stages (below). Tile
+sizes, slice depth and staging are free; the chains and the k ranges are not.
 
 Layouts (row-major storage): a(m, k) = A[m·K + k], or A[k·M + m] when A is
 stored transposed (K×M); b(k, n) = B[k·N + n], or B[n·K + k] when B is stored
@@ -21,6 +22,9 @@ from std.collections import Array
 from std.memory import stack_allocation
 from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.memory import AddressSpace
+from std.os import getenv
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
 from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_index
 from engine.target import HAS_ACCELERATOR
@@ -42,17 +46,31 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
         return k * N + n
 
 
-# ---- GPU: a BM×BN output tile per block of 256 threads, TM×TN outputs per thread ----------
-# Large outputs take 128×128 tiles of 8×8 per thread. Small outputs with a long k (the weight
-# gradients: hidden × hidden, summed over every token) would leave most multiprocessors idle, so
-# they take 64×64 tiles of 4×4 per thread: four times the threads. Each output keeps its own chain.
+# ---- GPU: a BM×BN output tile per block, TM×8 outputs per thread --------------------------
+# The block stages KT-deep slices of op(A) and op(B) through two shared-memory stages. While it
+# multiplies one stage, each thread loads its share of the next slice from global memory into
+# registers (the loads issued before the products, so their latency hides behind them) and stores it
+# to the other stage after them: one barrier per slice. A slice of 16 k comes in two halves, each
+# loaded before and stored after half of the products, which halves the registers it holds. Loads
+# are 128-bit where the layout allows it (`vec`). Shared rows are padded by 4 floats, so the
+# transposing stores (the operand stored k-contiguous) meet no bank conflicts. Each thread's outputs
+# are one or two 4-row blocks (BM/2 rows apart) by two 4-column blocks (BN/2 apart); a warp's threads
+# form 4 rows × 8 columns of such blocks, so its fragment loads are conflict-free 128-bit shared
+# loads. None of this touches the order: each output is still its own chain over k, slice after slice.
+# Large launches take 128×128 tiles of 8×8 per thread (256 threads, two blocks per multiprocessor);
+# smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
+# (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
+# multiprocessors, but 576 small ones of 4 warps each).
 
-comptime BK = 8
-comptime THREADS = 256
+comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than an H200 has multiprocessors
 comptime SPLIT_MIN_K = 4096
 comptime MIN_CHUNK = 2048
 comptime MAX_CHUNKS = 32
+comptime LARGE_TILE_MIN_BLOCKS = 4 * 132  # launches of fewer 128×128 blocks (all k ranges) take 64×64 tiles
+comptime PAD = 4  # floats added to every shared row
+
+comptime Quad = SIMD[DType.float32, 4]
 
 
 def small_output(M: Int, N: Int) -> Bool:
@@ -72,96 +90,185 @@ def chunk_length(K: Int, chunks: Int) -> Int:
     return (length + BK - 1) // BK * BK
 
 
-def gemm_gpu[transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, TN: Int](
-    c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64
-):
-    """Block (x, y, z) computes output tile (y, x) over k range z; with several ranges, `c` is the
-    partial sums [ranges, M, N] and accumulate is 0."""
-    comptime assert (BM // TM) * (BN // TN) == THREADS, "one thread per TM×TN outputs"
-    comptime A_LOADS = BM * BK // THREADS
-    comptime B_LOADS = BK * BN // THREADS
+@always_inline
+def load_quad[k_contiguous: Bool, vec: Bool](p: F32Ptr, r: Int, k: Int, R: Int, K: Int, k_end: Int) -> Quad:
+    """Four neighbours along an operand's stored axis, zero outside rows < R and k < k_end.
+    k_contiguous (stored R×K, element (r, k) at p[r·K + k]): (r, k … k+3); else (stored K×R, at
+    p[k·R + r]): (r … r+3, k). With `vec`, the quad is one aligned 128-bit load, all in or all out."""
+    comptime if k_contiguous:
+        comptime if vec:
+            if r < R and k < k_end:
+                return p.unsafe_load[width=4, alignment=16](r * K + k)
+            return Quad(0)
+        else:
+            var q = Quad(0)
+            if r < R:
+                comptime for i in range(4):
+                    if k + i < k_end:
+                        q[i] = p.unsafe_load(r * K + k + i)
+            return q
+    else:
+        comptime if vec:
+            if r < R and k < k_end:
+                return p.unsafe_load[width=4, alignment=16](k * R + r)
+            return Quad(0)
+        else:
+            var q = Quad(0)
+            if k < k_end:
+                comptime for i in range(4):
+                    if r + i < R:
+                        q[i] = p.unsafe_load(k * R + r + i)
+            return q
+
+
+@always_inline
+def quad_place[k_contiguous: Bool, BR: Int, threads: Int](tid: Int, e: Int) -> Tuple[Int, Int]:
+    """(row, k) in the tile of the first element of the e-th quad a thread stages. k-contiguous: two
+    threads cover a row's 8 k, a warp 16 rows (32-byte pieces); otherwise a warp reads 128 rows of one k."""
+    var f = tid + e * threads
+    comptime if k_contiguous:
+        return ((f // 2) % BR, 4 * (f % 2 + 2 * (f // (2 * BR))))
+    else:
+        return (4 * (f % (BR // 4)), f // (BR // 4))
+
+
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(threads)), `nvvm.minctasm`=SIMDLength(blocks_per_sm)
+)
+def gemm_gpu[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
+    vec: Bool,
+](c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64):
+    """C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, each output one fma chain over k ascending
+    from +0, C0 added once after it (the canonical order above). Block (x, y, z) computes output tile
+    (y, x) over k range z; with several ranges, `c` is the partial sums [ranges, M, N] and accumulate
+    is 0. TM×8 outputs per thread (TM = 4 or 8); KT: the k depth of a staged slice."""
+    comptime RB = TM // 4  # blocks of 4 rows per thread, BM/RB rows apart
+    comptime assert RB * 4 == TM and (RB == 1 or RB == 2), "4 or 8 rows per thread"
+    comptime assert (BM // TM) * (BN // 8) == threads, "one thread per TM×8 outputs"
+    comptime assert (BN // 8) % 8 == 0 and (BM // TM) % 4 == 0, "warps of 4×8 threads"
+    comptime assert KT % 8 == 0, "k-contiguous staging covers 8 k per thread pair"
+    comptime A_QUADS = BM * KT // 4 // threads
+    comptime B_QUADS = BN * KT // 4 // threads
+    comptime assert A_QUADS * threads * 4 == BM * KT and B_QUADS * threads * 4 == BN * KT, "whole quads per thread"
+    comptime assert A_QUADS == B_QUADS and KT % A_QUADS == 0, "the slice staged in equal parts"
+    comptime PARTS = A_QUADS  # each part: one quad of A and one of B per thread
+    comptime SA = BM + PAD
+    comptime SB = BN + PAD
+    comptime A_STAGE = KT * SA
+    comptime B_STAGE = KT * SB
+    comptime A_KC = not transpose_a  # A stored M×K: k-contiguous
+    comptime B_KC = transpose_b  # B stored N×K: k-contiguous
     var M = Int(M64)
     var N = Int(N64)
     var K = Int(K64)
     var tid = Int(thread_idx.x)
+    var warp = tid // 32
+    var lane = tid % 32
+    comptime WARPS_N = (BN // 8) // 8
+    var ty = (warp // WARPS_N) * 4 + lane // 8
+    var tx = (warp % WARPS_N) * 8 + lane % 8
     var row0 = Int(block_idx.y) * BM
     var col0 = Int(block_idx.x) * BN
-    var tr = tid // (BN // TN)
-    var tc = tid % (BN // TN)
     var k_begin = Int(block_idx.z) * Int(chunk64)
     var k_end = min(K, k_begin + Int(chunk64))
-    var out = c + Int(block_idx.z) * M * N
+    var out = c.unsafe_offset(Int(block_idx.z) * M * N)
 
-    # As[k][m] and Bs[k][n]: both read along their second index in the inner loop.
-    var As = stack_allocation[BK * BM, Float32, address_space=AddressSpace.SHARED]()
-    var Bs = stack_allocation[BK * BN, Float32, address_space=AddressSpace.SHARED]()
+    # As[stage][k][m], Bs[stage][k][n]: both read along their last index in the products.
+    var As = stack_allocation[2 * A_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var Bs = stack_allocation[2 * B_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
 
-    var acc = Array[SIMD[DType.float32, TN], TM](fill=SIMD[DType.float32, TN](0))
+    var acc = Array[Quad, 2 * TM](fill=Quad(0))  # acc[2·r + h]: row r (0…TM−1), column half h
+    var a_next = Array[Quad, PARTS](fill=Quad(0))
+    var b_next = Array[Quad, PARTS](fill=Quad(0))
 
-    var k0 = k_begin
-    while k0 < k_end:
-        # Stage the tiles; consecutive threads read consecutive addresses of the stored layout.
-        comptime for e in range(A_LOADS):
-            var linear = tid + e * THREADS
-            var m: Int
-            var k: Int
-            comptime if transpose_a:
-                k = linear // BM
-                m = linear % BM
-            else:
-                m = linear // BK
-                k = linear % BK
-            var gm = row0 + m
-            var gk = k0 + k
-            var value = Float32(0)
-            if gm < M and gk < k_end:
-                value = a.unsafe_load(a_index[transpose_a](gm, gk, M, K))
-            As.unsafe_store(k * BM + m, value)
-        comptime for e in range(B_LOADS):
-            var linear = tid + e * THREADS
-            var n: Int
-            var k: Int
-            comptime if transpose_b:
-                n = linear // BK
-                k = linear % BK
-            else:
-                k = linear // BN
-                n = linear % BN
-            var gn = col0 + n
-            var gk = k0 + k
-            var value = Float32(0)
-            if gn < N and gk < k_end:
-                value = b.unsafe_load(b_index[transpose_b](gk, gn, K, N))
-            Bs.unsafe_store(k * BN + n, value)
-        barrier()
-
-        @always_inline
-        def step(kk: Int) {mut acc, imm As, imm Bs, imm tr, imm tc}:
-            var b_frag = Bs.unsafe_load[width=TN](kk * BN + tc * TN)
-            var a_frag = As.unsafe_load[width=TM](kk * BM + tr * TM)
-            comptime for i in range(TM):
-                acc[i] = SIMD[DType.float32, TN](a_frag[i]).fma(b_frag, acc[i])
-
-        if k0 + BK <= k_end:
-            comptime for kk in range(BK):
-                step(kk)
+    @always_inline
+    def fetch(k0: Int, e: Int) {mut a_next, mut b_next, imm a, imm b, imm tid, imm row0, imm col0, imm M, imm N, imm K, imm k_end}:
+        var a_place = quad_place[A_KC, BM, threads](tid, e)
+        comptime if A_KC:
+            a_next[e] = load_quad[True, vec](a, row0 + a_place[0], k0 + a_place[1], M, K, k_end)
         else:
-            # The last, partial tile stops at the range's end exactly, as the CPU does.
-            for kk in range(k_end - k0):
-                step(kk)
-        barrier()
-        k0 += BK
+            a_next[e] = load_quad[False, vec](a, row0 + a_place[0], k0 + a_place[1], M, K, k_end)
+        var b_place = quad_place[B_KC, BN, threads](tid, e)
+        comptime if B_KC:
+            b_next[e] = load_quad[True, vec](b, col0 + b_place[0], k0 + b_place[1], N, K, k_end)
+        else:
+            b_next[e] = load_quad[False, vec](b, col0 + b_place[0], k0 + b_place[1], N, K, k_end)
 
-    comptime for i in range(TM):
-        var m = row0 + tr * TM + i
+    @always_inline
+    def stage(s: Int, e: Int) {imm a_next, imm b_next, imm As, imm Bs, imm tid}:
+        var a_stage = As.unsafe_offset(s * A_STAGE)
+        var b_stage = Bs.unsafe_offset(s * B_STAGE)
+        var a_place = quad_place[A_KC, BM, threads](tid, e)
+        comptime if A_KC:
+            comptime for i in range(4):
+                a_stage.unsafe_store((a_place[1] + i) * SA + a_place[0], a_next[e][i])
+        else:
+            a_stage.unsafe_store[alignment=16](a_place[1] * SA + a_place[0], a_next[e])
+        var b_place = quad_place[B_KC, BN, threads](tid, e)
+        comptime if B_KC:
+            comptime for i in range(4):
+                b_stage.unsafe_store((b_place[1] + i) * SB + b_place[0], b_next[e][i])
+        else:
+            b_stage.unsafe_store[alignment=16](b_place[1] * SB + b_place[0], b_next[e])
+
+    @always_inline
+    def step(s: Int, kk: Int) {mut acc, imm As, imm Bs, imm ty, imm tx}:
+        var a_row = As.unsafe_offset(s * A_STAGE + kk * SA + 4 * ty)
+        var b_row = Bs.unsafe_offset(s * B_STAGE + kk * SB + 4 * tx)
+        var b_lo = b_row.unsafe_load[width=4, alignment=16](0)
+        var b_hi = b_row.unsafe_load[width=4, alignment=16](BN // 2)
+        comptime for rb in range(RB):
+            var a_quad = a_row.unsafe_load[width=4, alignment=16](rb * (BM // RB))
+            comptime for i in range(4):
+                var x = Quad(a_quad[i])
+                acc[2 * (4 * rb + i)] = x.fma(b_lo, acc[2 * (4 * rb + i)])
+                acc[2 * (4 * rb + i) + 1] = x.fma(b_hi, acc[2 * (4 * rb + i) + 1])
+
+    var span = k_end - k_begin
+    var full_tiles = span // KT
+    var tiles = (span + KT - 1) // KT
+    if tiles > 0:
+        comptime for e in range(PARTS):
+            fetch(k_begin, e)
+            stage(0, e)
+    barrier()
+    for t in range(tiles):
+        var s = t % 2
+        var k_next = k_begin + (t + 1) * KT
+        if t < full_tiles:
+            # The next slice comes in parts, each loaded before a share of the products and stored to
+            # the free stage after it: its loads are in flight meanwhile, and it holds few registers.
+            comptime for e in range(PARTS):
+                fetch(k_next, e)  # zeros past the range's end: the last slice stages zeros, never read
+                comptime for kk in range(e * (KT // PARTS), (e + 1) * (KT // PARTS)):
+                    step(s, kk)
+                stage(1 - s, e)
+        else:
+            # The last, partial slice (never followed by another) stops at the range's end exactly,
+            # as the CPU does.
+            for kk in range(span - t * KT):
+                step(s, kk)
+        barrier()
+
+    comptime for r in range(TM):
+        var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // RB)
         if m < M:
-            comptime for j in range(TN):
-                var n = col0 + tc * TN + j
-                if n < N:
-                    var value = acc[i][j]
-                    if accumulate != 0:
-                        value = out.unsafe_load(m * N + n) + value
-                    out.unsafe_store(m * N + n, value)
+            comptime for h in range(2):
+                var n = col0 + 4 * tx + h * (BN // 2)
+                var value = acc[2 * r + h]
+                comptime if vec:
+                    if n < N:
+                        if accumulate != 0:
+                            value = out.unsafe_load[width=4, alignment=16](m * N + n) + value
+                        out.unsafe_store[alignment=16](m * N + n, value)
+                else:
+                    comptime for j in range(4):
+                        if n + j < N:
+                            var v = value[j]
+                            if accumulate != 0:
+                                v = out.unsafe_load(m * N + n + j) + v
+                            out.unsafe_store(m * N + n + j, v)
 
 
 # ---- CPU: 4×16 register blocks over a packed 16-column panel of B ------------------------
@@ -247,6 +354,50 @@ def sum_chunks(i: Int, args: Args):
 
 # ---- dispatch ---------------------------------------------------------------------------
 
+comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), slices of 8 k
+comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
+comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
+comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
+
+
+def gpu_tiling(M: Int, N: Int, chunks: Int) -> Int:
+    """The GPU tiling for an M×N output in `chunks` k ranges: LARGE when the launch has at least
+    LARGE_TILE_MIN_BLOCKS blocks of 128×128, else SMALL. UFORM_GEMM_TILE = large, large-k16, small or
+    small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
+    var forced = getenv("UFORM_GEMM_TILE")
+    if forced == "large":
+        return LARGE
+    if forced == "large-k16":
+        return LARGE_K16
+    if forced == "small":
+        return SMALL
+    if forced == "small-8x8":
+        return SMALL_8X8
+    return LARGE if ((N + 127) // 128) * ((M + 127) // 128) * chunks >= LARGE_TILE_MIN_BLOCKS else SMALL
+
+
+def launch_gemm[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int
+](
+    dev: DevicePtr, target: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, flag: Int64, length: Int,
+    chunks: Int,
+) raises:
+    # 128-bit loads and stores need every quad aligned: the stored rows a multiple of 4 floats long
+    # (the k ranges already are) and 16-byte aligned operands.
+    var a_row = M if transpose_a else K
+    var b_row = K if transpose_b else N
+    var vec = a_row % 4 == 0 and b_row % 4 == 0 and N % 4 == 0 and (Int(a) | Int(b) | Int(target)) % 16 == 0
+    var grid = ((N + BM - 1) // BM, (M + BM - 1) // BM, chunks)
+    if vec:
+        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, True]](
+            target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
+        )
+    else:
+        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, False]](
+            target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
+        )
+
+
 def gemm_on[transpose_a: Bool, transpose_b: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, partials: F32Ptr,
 ) raises:
@@ -259,16 +410,15 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
-            if small_output(M, N):
-                dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, 64, 64, 4, 4]](
-                    target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length),
-                    grid_dim=((N + 63) // 64, (M + 63) // 64, chunks), block_dim=THREADS,
-                )
+            var tiling = gpu_tiling(M, N, chunks)
+            if tiling == LARGE:
+                launch_gemm[transpose_a, transpose_b, 128, 8, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
+            elif tiling == LARGE_K16:
+                launch_gemm[transpose_a, transpose_b, 128, 8, 16, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
+            elif tiling == SMALL:
+                launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
             else:
-                dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, 128, 128, 8, 8]](
-                    target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length),
-                    grid_dim=((N + 127) // 128, (M + 127) // 128, chunks), block_dim=THREADS,
-                )
+                launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:
         for z in range(chunks):
             gemm_cpu[transpose_a, transpose_b](
