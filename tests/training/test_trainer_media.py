@@ -222,3 +222,26 @@ def test_close_waits_for_the_queued_deferred_steps(files):
     calls = [receiver.step(modalities, contents, relations=relations) for _ in range(3)]
     trainer.close()  # the queued steps take the trainer's lock: close must not hold it while it waits
     assert all(call.done() for call in calls) and trainer.completed_steps == 3
+
+
+def test_late_interaction_over_media_items_matches_the_float64_reference(files):
+    """Media items as late-interaction queries and documents (their patch, tube and frame rows scored by
+    MaxSim like text bytes), against the torch reference; and their token vectors read back."""
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_ram(), depth=1, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=4, max_segments_per_device=14, max_columns_per_row=48,
+                               **MEDIA_SHAPES),
+        late_interaction=uform.LateInteraction(weight=0.5, width=16, max_query_span=6),
+        schedule=uform.Schedule(steps=20, learning_rate=2e-3, warmup_steps=1), seed=9)
+    modalities, contents, relations = mixed_items(files)
+    sides = [uform.LateInteractionSide.QUERY if m != M.TEXT else uform.LateInteractionSide.DOCUMENT
+             for m in modalities]
+    losses, gradient, reference, expected = engine_and_reference(trainer, relations, contents=contents,
+                                                                 modalities=modalities, sides=sides)
+    assert losses.late_interaction > 0
+    assert losses.late_interaction == pytest.approx(float(reference["late_interaction"]), rel=2e-5)
+    assert_gradients_match(trainer, gradient, expected)
+    media = [i for i, m in enumerate(modalities) if m != M.TEXT]
+    vectors = trainer.encode_tokens([modalities[i] for i in media], [contents[i] for i in media],
+                                    side=uform.LateInteractionSide.QUERY)
+    assert all(0 < len(v) <= 6 and v.shape[1] == 16 for v in vectors)
