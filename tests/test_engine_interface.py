@@ -29,3 +29,15 @@ def test_an_unknown_operand_name_is_refused_before_launch():
     with pytest.raises(TypeError, match="add\\(\\) got an unexpected keyword argument 'z'"):
         K._launch("add", 4, y=y, a=y, z=y)
     assert np.all(y.numpy() == 0)
+
+
+def test_attention_refuses_operands_off_a_16_byte_boundary():
+    device = uform.Device.cpu()
+    rows = device.put(np.zeros((9, 8), np.float32))
+    q, shifted = rows.view(0, (8, 8)), rows.view(1, (8, 8))  # the second starts 4 bytes in
+    o, lse = device.empty((8, 8)), device.empty((8, 1))
+    spans = device.put(K.attention_spans(8, 8))
+    geometry = dict(spans=spans, heads=1, kv_heads=1, head_dim=8, causal=False)
+    with pytest.raises(ValueError, match="attention operands must start on 16 bytes"):
+        K.attention_forward(o, lse, q, shifted, q, **geometry)
+    K.attention_forward(o, lse, q, rows.view(8, (8, 8)), q, **geometry)  # 32 bytes in: aligned

@@ -28,7 +28,8 @@ takes no part in any sum.
 Every kernel but δ is a team kernel (`launch_teams`): a task is a tile of 64 consecutive tokens × one
 head, computed by a team of 256 threads (16 row groups tr × 16 column groups tc): thread (tr, tc) owns
 the tile's rows 4tr … 4tr+3 and, of each 64-token block of the other side, the score columns tc,
-tc+16, tc+32, tc+48, and the output columns tc·W … of D (W = D/16, or 1 with 8 threads for D = 8),
+tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each chunk of min(D, 64) dims
+(W = min(D, 64)/16: 4, or 2 for D = 32, 1 for D = 16; for D = 8, 8 column groups of 1),
 as in a SIMT GEMM. Operands are staged 64 tokens × 64 dims at a time in two shared panels; the
 probabilities (or ds) of a block go back to a panel as the left operand of the output products. The
 team's phases end at barriers; on the CPU one call plays all 256 threads phase by phase (`played`),
@@ -328,7 +329,6 @@ def block_products[D: Int, second: Bool, played: Int, space: AddressSpace](
     `source` (tokens base …, dims offset …), one chunk of dims at a time; the values of the first chunk must
     already be staged."""
     comptime C = chunk_of[D]()
-    comptime W = width_of[D]()
     comptime for c in range(D // C):
         comptime if c > 0:
             for p in range(played):
@@ -533,10 +533,11 @@ def attention_forward[D: Int, played: Int, space: AddressSpace](
                     comptime C = chunk_of[D]()
                     comptime W = width_of[D]()
                     comptime for c in range(D // C):
-                        var value = team[p].acc[c][a] / l if l > 0 else SIMD[DType.float32, W](0)
+                        var value = team[p].acc[c][a] / l if l != 0 else SIMD[DType.float32, W](0)
                         at.o.unsafe_offset(task_row * D).unsafe_store[width=W, alignment=4 * W](c * C + tc * W, value)
                     if tc == 0:
-                        at.lse.unsafe_store(task_row, team[p].m[a] + numerics.log(l) if l > 0 else Float32(0))
+                        # l = 0: the query sees no key; a NaN l (a non-finite score) propagates
+                        at.lse.unsafe_store(task_row, team[p].m[a] + numerics.log(l) if l != 0 else Float32(0))
 
 
 # ---- backward ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ into `k_chunks(M, N, K)` consecutive k ranges instead: each range its own chain 
 +0, the ranges' partial sums then added in ascending order, then C0. The count
 depends on M, N and K alone, so every device cuts the same ranges. Both launchers keep it:
 the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
-kernel gives each thread an 8×8 block of outputs, each its own chain, while the
+kernel gives each thread an 8×8 (large tiles) or 4×8 (small tiles) block of outputs, each its own chain, while the
 block stages k slices of A and B through two shared-memory stages (below). Tile
 sizes, slice depth and staging are free; the chains and the k ranges are not.
 
@@ -63,11 +63,11 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
 # multiprocessors, but 576 small ones of 4 warps each).
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
-comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than an H200 has multiprocessors
+comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than this: split k (part of the canonical order)
 comptime SPLIT_MIN_K = 4096
 comptime MIN_CHUNK = 2048
 comptime MAX_CHUNKS = 32
-comptime LARGE_TILE_MIN_BLOCKS = 4 * 132  # launches of fewer 128×128 blocks (all k ranges) take 64×64 tiles
+comptime LARGE_TILE_MIN_BLOCKS = 4 * 132  # fewer 128×128 blocks (all k ranges): 64×64 tiles (speed only, free)
 comptime PAD = 4  # floats added to every shared row
 
 comptime Quad = SIMD[DType.float32, 4]
@@ -124,7 +124,8 @@ def load_quad[k_contiguous: Bool, vec: Bool](p: F32Ptr, r: Int, k: Int, R: Int, 
 @always_inline
 def quad_place[k_contiguous: Bool, BR: Int, threads: Int](tid: Int, e: Int) -> Tuple[Int, Int]:
     """(row, k) in the tile of the first element of the e-th quad a thread stages. k-contiguous: two
-    threads cover a row's 8 k, a warp 16 rows (32-byte pieces); otherwise a warp reads 128 rows of one k."""
+    threads cover a row's 8 k, a warp 16 rows (32-byte pieces); otherwise a warp reads 32 consecutive quads of
+    rows: 128 rows of one k in a 128-row tile, 64 rows of two k in a 64-row tile."""
     var f = tid + e * threads
     comptime if k_contiguous:
         return ((f // 2) % BR, 4 * (f % 2 + 2 * (f // (2 * BR))))

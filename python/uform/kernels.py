@@ -110,6 +110,15 @@ def _expect(buffer: Buffer, name: str, size: int, dtype=np.float32) -> None:
         raise ValueError(f"{name} must hold {size} values, holds {buffer.size} (shape {buffer.shape})")
 
 
+def _expect_aligned(*buffers: Buffer) -> None:
+    """Attention moves rows of 4 floats at a time: each buffer must start on a 16-byte boundary (a view's
+    offset a multiple of 4 floats)."""
+    for buffer in buffers:
+        if buffer.address % 16:
+            raise ValueError(f"attention operands must start on 16 bytes; a buffer at {buffer.address:#x} does not "
+                             "(view at a multiple of 4 floats)")
+
+
 _LAUNCHERS = {kernel: _launcher(kernel, *names) for kernel, names in _engine.KERNEL_INTERFACES.items()}
 
 
@@ -277,6 +286,7 @@ def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: 
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     tokens = q.size // (heads * head_dim)
     _expect(q, "q", tokens * heads * head_dim)
+    _expect_aligned(q, k)
     _expect(k, "k", tokens * kv_heads * head_dim)
     _expect(spans, "spans", tokens * 2, np.int32)
     return tokens
@@ -298,6 +308,7 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     _expect(v, "v", k.size)
     _expect(o, "o", q.size)
+    _expect_aligned(v, o)
     _expect(lse, "lse", tokens * heads)
     _launch("attention_forward", _attention_tiles(tokens) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
             **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
@@ -311,6 +322,7 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
+    _expect_aligned(v, dq, dk, dv, d_out, o)
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
