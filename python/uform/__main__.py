@@ -332,13 +332,20 @@ def read_items(path: Path, field: str) -> list[str]:
     return items
 
 
+def output_and_input(args, suffix: str, read, what: str) -> tuple[Path, list]:
+    """(OUTPUT, INPUT's entries) of a command that turns a file into another: the output (default: INPUT's
+    name with `suffix`) checked writable first, then the entries `read` answers, refused when there are none."""
+    output = args.output or Path(args.input.name).with_suffix(suffix)
+    check_writable(output, "--output")
+    entries = read(args.input)
+    if not entries:
+        raise UsageError(f"INPUT: {args.input} holds no {what}")
+    return output, entries
+
+
 def embed(argv: list[str]) -> int:
     args = embed_parser().parse_args(argv)
-    output = args.output or Path(args.input.name).with_suffix(".npy")
-    check_writable(output, "--output")
-    items = read_items(args.input, args.field)
-    if not items:
-        raise UsageError(f"INPUT: {args.input} holds no items")
+    output, items = output_and_input(args, ".npy", lambda path: read_items(path, args.field), "items")
     modality = uform.Modality[args.modality.upper()]
     if modality != uform.Modality.TEXT:
         try:
@@ -389,11 +396,7 @@ def read_states(path: Path) -> list[dict]:
 
 def choose(argv: list[str]) -> int:
     args = choose_parser().parse_args(argv)
-    output = args.output or Path(args.input.name).with_suffix(".choices.jsonl")
-    check_writable(output, "--output")
-    states = read_states(args.input)
-    if not states:
-        raise UsageError(f"INPUT: {args.input} holds no states")
+    output, states = output_and_input(args, ".choices.jsonl", read_states, "states")
     try:
         encoder = Encoder.load(args.checkpoint, device_executor(args))
         probabilities = encoder.text_choose([s["text"] for s in states], [s["choices"] for s in states])
