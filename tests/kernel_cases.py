@@ -127,7 +127,8 @@ def case_cross_entropy(device: uform.Device, seed: int, rows: int, vocab: int):
 
 
 def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments):
-    """float64 attention and its gradients, written with dense masks."""
+    """float64 attention, its gradients and its log-sum-exp (0 for a query that sees no key), written with
+    dense masks: (o, dq, dk, dv, lse)."""
     tokens = q.shape[0]
     q4 = f64(q).reshape(tokens, heads, head_dim)
     group = heads // kv_heads
@@ -147,6 +148,7 @@ def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, caus
     e = np.where(allowed[None], np.exp(s - m), 0)
     total = e.sum(2, keepdims=True)
     p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    lse = np.where(total > 0, m + np.log(np.where(total > 0, total, 1)), 0)[..., 0].T
     o = np.einsum("hij,jhd->ihd", p, v4)
     do = f64(d_out).reshape(tokens, heads, head_dim)
     dp = np.einsum("ihd,jhd->hij", do, v4)
@@ -156,19 +158,19 @@ def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, caus
     dv = np.einsum("hij,ihd->jhd", p, do)
     dk = dk.reshape(tokens, kv_heads, group, head_dim).sum(2)
     dv = dv.reshape(tokens, kv_heads, group, head_dim).sum(2)
-    return o.reshape(tokens, -1), dq.reshape(tokens, -1), dk.reshape(tokens, -1), dv.reshape(tokens, -1)
+    return o.reshape(tokens, -1), dq.reshape(tokens, -1), dk.reshape(tokens, -1), dv.reshape(tokens, -1), lse
 
 
 def run_attention(device: uform.Device, q, k, v, d_out, spans, heads: int, kv_heads: int, head_dim: int,
                   causal: bool):
-    """o, dq, dk, dv (numpy) of the engine's attention on device."""
+    """o, dq, dk, dv and lse (numpy) of the engine's attention on device."""
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
     geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, spans=device.put(spans))
     o, lse = device.empty(q.shape), device.empty((q.shape[0], heads))
     K.attention_forward(o, lse, qb, kb, vb, **geometry)
     dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
     K.attention_backward(dq, dk, dv, device.put(d_out), o, lse, qb, kb, vb, **geometry)
-    return o.numpy(), dq.numpy(), dk.numpy(), dv.numpy()
+    return o.numpy(), dq.numpy(), dk.numpy(), dv.numpy(), lse.numpy()
 
 
 def attention_inputs(rng: np.random.Generator, tokens: int, heads: int, kv_heads: int, head_dim: int):
@@ -198,7 +200,7 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
     outputs = run_attention(device, q, k, v, d_out, spans, heads, kv_heads, head_dim, causal)
     ref = attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments)
     tolerance = 4e-6 * np.sqrt(seq_len * head_dim)
-    return {name: (out, r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv"), outputs, ref)}
+    return {name: (out, r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv", "lse"), outputs, ref)}
 
 
 def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int, axes: int = 1):
