@@ -10,9 +10,9 @@ final hidden state. Rotary positions have three axes (time, row, column): an ima
 (0, row, column), a video tube at (time, row, column), an audio frame at (f, f, f) and a text byte
 at (p, p, p), which rotates exactly as one-axis positions do.
 
-:func:`prepare_items` decodes and cuts a step's media items on a :class:`uform.media.DecodePool`
-(:func:`submit_items` starts that and answers at once, so a step's decoding can run while the
-device works on the step before it);
+:func:`submit_items` starts decoding and cutting a step's media items on a
+:class:`uform.media.DecodePool` and answers at once, so a step's decoding can run while the device
+works on the step before it;
 :func:`place_media` runs after packing: it draws each item's mask (keyed by seed, step and item,
 ``uform.media.mask_patches``), writes the token ids of the packed grid, and gathers the rows the
 model reads into a :class:`MediaBatch`.
@@ -138,11 +138,6 @@ def submit_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool
         return prepare_item(int(modalities[item]), content, item, batch=batch)
 
     return PendingMedia(items, pool.submit(prepare, [contents[i] for i in items], items))
-
-
-def prepare_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool: DecodePool) -> dict[int, MediaItem]:
-    """Every media item of a step prepared on the pool, by item index; the first refusal raises."""
-    return submit_items(modalities, contents, batch, pool).result()
 
 
 def media_tokens(item: MediaItem, kind: MediaKind) -> np.ndarray:

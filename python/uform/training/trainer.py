@@ -327,14 +327,22 @@ class Trainer:
                                                              f"got {width!r}")
             inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
             embeddings = np.zeros((len(inputs.contents), width), np.float32)
-            prepared = submit_items(inputs.modalities, inputs.contents, run.batch, self._pool).result()
-            pending = np.arange(len(inputs.contents))
-            while pending.size:
-                ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(pending) if int(item) in prepared})
-                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, decoded=ready)
-                embeddings[pending[packed.item_of_segment]] = self._model.embeddings(batch, int(width))
-                pending = pending[packed.segment_of_item < 0]
+            for items, batch, packed in self._uncorrupted_batches(inputs, np.arange(len(inputs.contents))):
+                embeddings[items[packed.item_of_segment]] = self._model.embeddings(batch, int(width))
             return embeddings
+
+    def _uncorrupted_batches(self, inputs: StepInputs, items: np.ndarray, *, train_choices: bool = False):
+        """(items, batch, packed) for the given items (indices into `inputs`, their media decoded once), packed
+        uncorrupted into the run's batch shape a batch at a time (each batch's `items` are those it was
+        offered; packing keeps a prefix of them and the rest go to the next) until every one is packed: what
+        encode, encode_tokens and text_choose read, so an item's answer does not depend on its neighbours."""
+        prepared = submit_items(inputs.modalities, inputs.contents, self._run.batch, self._pool).result()
+        while items.size:
+            ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(items) if int(item) in prepared})
+            batch, packed = self.step_batch(inputs.subset(items), False, step=0, corrupted=False, decoded=ready,
+                                            train_choices=train_choices)
+            yield items, batch, packed
+            items = items[packed.segment_of_item < 0]
 
     def text_choose(self, texts, choices, /) -> RowsTape:
         """The model's distribution over each text's legal bytes (``choices``, as a step takes them) at the
@@ -349,15 +357,12 @@ class Trainer:
             inputs = check_choose_inputs(texts, choices)
             offsets = inputs.choice_offsets.astype(np.int64)
             probabilities = np.zeros(inputs.choice_bytes.size, np.float32)
-            pending = np.flatnonzero(np.diff(offsets) > 0)
-            while pending.size:
-                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False,
-                                                train_choices=True)
+            for items, batch, _ in self._uncorrupted_batches(inputs, np.flatnonzero(np.diff(offsets) > 0),
+                                                             train_choices=True):
                 answered = self._model.choice_probabilities(batch)
                 within = batch.choices.offsets
-                for k, item in enumerate(pending[batch.choices.items]):
+                for k, item in enumerate(items[batch.choices.items]):
                     probabilities[offsets[item]:offsets[item + 1]] = answered[within[k]:within[k + 1]]
-                pending = pending[packed.segment_of_item < 0]
             return RowsTape(probabilities, inputs.choice_offsets)
 
     def encode_tokens(self, modalities, contents, /, *, side=LateInteractionSide.DOCUMENT) -> list[np.ndarray]:
@@ -373,18 +378,13 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"side: QUERY or DOCUMENT, got {side!r}")
             inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
             vectors = [None] * len(inputs.contents)
-            prepared = submit_items(inputs.modalities, inputs.contents, run.batch, self._pool).result()
-            pending = np.arange(len(inputs.contents))
-            while pending.size:
-                ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(pending) if int(item) in prepared})
-                batch, packed = self.step_batch(inputs.subset(pending), False, step=0, corrupted=False, decoded=ready)
+            for items, batch, packed in self._uncorrupted_batches(inputs, np.arange(len(inputs.contents))):
                 sides = np.full(packed.segment_count, int(side), np.int32)
-                rows = side_rows(packed, sides, run.late_interaction.max_query_span)[0 if side == LateInteractionSide.QUERY else 1]
-                tokens, _, starts, counts = rows
+                rows = side_rows(packed, sides, run.late_interaction.max_query_span)
+                tokens, _, starts, counts = rows[0 if side == LateInteractionSide.QUERY else 1]
                 found = self._model.late_token_vectors(batch, tokens)
-                for segment, item in enumerate(pending[packed.item_of_segment]):
+                for segment, item in enumerate(items[packed.item_of_segment]):
                     vectors[item] = found[starts[segment]:starts[segment] + counts[segment]]
-                pending = pending[packed.segment_of_item < 0]
             return vectors
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
@@ -413,10 +413,10 @@ class Trainer:
         packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
                             columns, shape.max_segments_per_device, shape.max_bags_per_device)
         masking = run.masking if corrupted and run.objective != Objective.CONTRASTIVE else None
+        items = packed.item_of_segment
         if masking is None:
             tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
         else:
-            items = packed.item_of_segment
             text_segments = (inputs.modalities[items] == Modality.TEXT) & ~choosing_items[items]
             tokens, targets = corrupt(packed, masking, self._seed, step, text_segments=text_segments)
         positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
@@ -424,7 +424,6 @@ class Trainer:
         if media_items:
             media = place_media(packed, tokens.reshape(-1), positions.reshape(-1, POSITION_AXES),
                                 inputs.modalities, media_items, masking, self._seed, step)
-        items = packed.item_of_segment
         sign, weight = pair_targets(inputs.relations, len(inputs.contents), run.contrastive.negatives,
                                     run.contrastive.ambient_repulsion_weight)
         sign, weight = sign[np.ix_(items, items)], weight[np.ix_(items, items)].astype(np.float64)
