@@ -7,6 +7,7 @@ never depends on the thread schedule. Contractions inside GEMM and attention
 (dot products) are instead sequential `fma` chains over the contraction index.
 """
 
+from std.math import fma
 from engine.device import F32Ptr
 
 comptime LANES = 32
@@ -52,6 +53,15 @@ def canonical_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
         return a.unsafe_load(i) * b.unsafe_load(i)
 
     return canonical_reduce(value, n)
+
+
+@always_inline
+def fma_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
+    """Σ a[i]·b[i] as a contraction: one fma chain over i ascending from +0."""
+    var total = Float32(0)
+    for i in range(n):
+        total = fma(a.unsafe_load(i), b.unsafe_load(i), total)
+    return total
 
 
 @always_inline

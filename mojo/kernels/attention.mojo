@@ -45,6 +45,7 @@ from max.gpu import barrier
 from max.gpu.memory import AddressSpace
 from engine.device import F32Ptr, I32Ptr
 from engine.launch import Args, Interface
+from engine.reduction import fma_dot
 from engine import numerics
 
 comptime HEAD_DIMS = (8, 16, 32, 64, 128)  # compiled head dimensions (exported to Python)
@@ -546,12 +547,7 @@ def attention_backward_delta(task: Int, args: Args):
     """δ = dO·o per (token, head): an index kernel."""
     var at = Attention(args)
     var D = at.head_dim
-    var d_out = at.d_out.unsafe_offset(task * D)
-    var o = at.o.unsafe_offset(task * D)
-    var acc = Float32(0)
-    for d in range(D):
-        acc = fma(d_out.unsafe_load(d), o.unsafe_load(d), acc)
-    at.delta.unsafe_store(task, acc)
+    at.delta.unsafe_store(task, fma_dot(at.d_out.unsafe_offset(task * D), at.o.unsafe_offset(task * D), D))
 
 
 @always_inline

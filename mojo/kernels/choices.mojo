@@ -12,7 +12,7 @@ the probabilities are written.
 """
 
 from engine.launch import Args, Interface
-from engine.reduction import canonical_reduce
+from engine.reduction import canonical_reduce, canonical_sum
 from engine import numerics
 
 comptime CHOICE_LOSS = Interface("probabilities losses d_logits logits offsets choice_bytes targets", "vocab", "grad_scale")
@@ -33,12 +33,12 @@ def choice_loss(c: Int, args: Args):
     for k in range(1, n):
         m = max(m, z.unsafe_load(Int(legal.unsafe_load(k))))
 
-    def shifted_exp(k: Int) {imm z, imm legal, imm m} -> Float32:
-        return numerics.exp(z.unsafe_load(Int(legal.unsafe_load(k))) - m)
-
-    var total = canonical_reduce(shifted_exp, n)
+    var p = probabilities.unsafe_offset(begin)  # holds e^(z − m) until the sum is known
     for k in range(n):
-        probabilities.unsafe_store(begin + k, shifted_exp(k) / total)
+        p.unsafe_store(k, numerics.exp(z.unsafe_load(Int(legal.unsafe_load(k))) - m))
+    var total = canonical_sum(p, n)
+    for k in range(n):
+        p.unsafe_store(k, p.unsafe_load(k) / total)
     if not args.given(6):
         return
     var targets = args.f32(6).unsafe_offset(begin)
@@ -53,5 +53,4 @@ def choice_loss(c: Int, args: Args):
         for i in range(V):
             dz.unsafe_store(i, Float32(0))
         for k in range(n):
-            var p = probabilities.unsafe_load(begin + k)
-            dz.unsafe_store(Int(legal.unsafe_load(k)), (p - targets.unsafe_load(k)) * grad_scale)
+            dz.unsafe_store(Int(legal.unsafe_load(k)), (p.unsafe_load(k) - targets.unsafe_load(k)) * grad_scale)

@@ -73,8 +73,13 @@ comptime PAD = 4  # floats added to every shared row
 comptime Quad = SIMD[DType.float32, 4]
 
 
+def large_tiles(M: Int, N: Int) -> Int:
+    """128×128 tiles of an M×N output."""
+    return ((N + 127) // 128) * ((M + 127) // 128)
+
+
 def small_output(M: Int, N: Int) -> Bool:
-    return ((N + 127) // 128) * ((M + 127) // 128) < SMALL_OUTPUT_BLOCKS
+    return large_tiles(M, N) < SMALL_OUTPUT_BLOCKS
 
 
 def k_chunks(M: Int, N: Int, K: Int) -> Int:
@@ -374,7 +379,7 @@ def gpu_tiling(M: Int, N: Int, chunks: Int) -> Int:
         return SMALL
     if forced == "small-8x8":
         return SMALL_8X8
-    return LARGE if ((N + 127) // 128) * ((M + 127) // 128) * chunks >= LARGE_TILE_MIN_BLOCKS else SMALL
+    return LARGE if large_tiles(M, N) * chunks >= LARGE_TILE_MIN_BLOCKS else SMALL
 
 
 def launch_gemm[

@@ -16,16 +16,8 @@ one fma into the running value. One CPU call or one GPU thread runs one task, so
 """
 
 from std.math import fma
-from engine.device import F32Ptr
 from engine.launch import Args, Interface
-
-
-@always_inline
-def dot(a: F32Ptr, b: F32Ptr, width: Int) -> Float32:
-    var total = Float32(0)
-    for c in range(width):
-        total = fma(a.unsafe_load(c), b.unsafe_load(c), total)
-    return total
+from engine.reduction import fma_dot
 
 
 comptime MAXSIM_FORWARD = Interface("best arg queries documents document_starts document_counts", "segments width", "")
@@ -45,7 +37,7 @@ def maxsim_forward(task: Int, args: Args):
     var top = Float32(0)
     var where = -1
     for b in range(start, start + count):
-        var s = dot(query, documents.unsafe_offset(b * W), W)
+        var s = fma_dot(query, documents.unsafe_offset(b * W), W)
         if where < 0 or s > top:
             top = s
             where = b
