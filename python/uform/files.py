@@ -1,4 +1,5 @@
-"""Files written whole or not at all, for both trainers' checkpoints."""
+"""Files written whole or not at all, and the bytes of float32 arrays as both trainers' checkpoints
+store and hash them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import os
 import re
 import tempfile
 
+import numpy as np
+
 from .training.errors import ErrorCode, UFormOSError
+
+
+def float32_le_bytes(array: np.ndarray) -> memoryview:
+    """An array's values as little-endian float32 bytes, without a copy when it is already one."""
+    return memoryview(np.ascontiguousarray(array, dtype="<f4")).cast("B")
 
 
 def _umask() -> int:

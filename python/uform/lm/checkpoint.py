@@ -37,7 +37,7 @@ import os
 
 import numpy as np
 
-from ..files import write_atomically
+from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_LEARNING_RATE, MAX_STEPS, MIN_EPS, STATE_ARRAYS, HostState
 from ..training.errors import ErrorCode, UFormError, UFormOSError, type_error, value_error
 from .config import LanguageModelConfig, parameter_registry
@@ -203,10 +203,6 @@ def _header_fields(state: dict) -> dict:
     return fields
 
 
-def _le_bytes(array: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(array, dtype=_DTYPE)).cast("B")
-
-
 # ---------------------------------------------------------------- JSON format
 
 def _verified_json(encoded: bytes, what: str, invalid: str) -> dict:
@@ -229,7 +225,7 @@ def encode_json_checkpoint(state) -> bytes:
     document = _header_fields(state)
     for name in ARRAYS:
         document[name] = {"dtype": _DTYPE, "count": int(state[name].size),
-                          "base64": base64.b64encode(_le_bytes(state[name])).decode("ascii")}
+                          "base64": base64.b64encode(float32_le_bytes(state[name])).decode("ascii")}
     document["sha256"] = _digest(document)
     encoded = _canonical(document)
     if len(encoded) > JSON_LIMIT_BYTES:
@@ -290,13 +286,14 @@ def write_binary_checkpoint(path, state) -> str:
     header = _header_fields(state)
     header["arrays"], offset = [], 0
     for name in ARRAYS:
-        data = _le_bytes(state[name])
+        data = float32_le_bytes(state[name])
         header["arrays"].append({"name": name, "dtype": _DTYPE, "count": int(state[name].size),
                                  "offset": offset, "sha256": hashlib.sha256(data).hexdigest()})
         offset += data.nbytes
     header["sha256"] = _digest(header)
     encoded = _canonical(header)
-    chunks = [BINARY_MAGIC + len(encoded).to_bytes(8, "little"), encoded, *(_le_bytes(state[name]) for name in ARRAYS)]
+    chunks = [BINARY_MAGIC + len(encoded).to_bytes(8, "little"), encoded,
+              *(float32_le_bytes(state[name]) for name in ARRAYS)]
     file_digest = hashlib.sha256()
     for chunk in chunks:
         file_digest.update(chunk)

@@ -37,7 +37,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save
 
-from ..files import write_atomically
+from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_STEPS, STATE_ARRAYS, HostState, named_tensors, registry_size
 from .errors import ErrorCode, UFormError
 
@@ -77,7 +77,7 @@ class Progress:
 
 def tensor_sha256(tensor: np.ndarray) -> str:
     """The SHA-256 of a tensor's little-endian bytes, as the checkpoint records it."""
-    return hashlib.sha256(np.ascontiguousarray(tensor, "<f4").tobytes()).hexdigest()
+    return hashlib.sha256(float32_le_bytes(tensor)).hexdigest()
 
 
 def write(path, registry: list[dict], state: HostState, *, step: int, seed: int, run: str, progress=None,
