@@ -279,12 +279,16 @@ class LanguageModelTrainer:
 
     # ---- state ----------------------------------------------------------------------------------------
 
+    def _host_state(self) -> dict:
+        """The trainer's own complete state on the host (downloads a resident session once); not a copy."""
+        self._check_alive()
+        self._sync_host()
+        return self._state
+
     @serialised
     def export_state(self) -> dict:
         """The complete training state as fresh copies (downloads a resident session once)."""
-        self._check_alive()
-        self._sync_host()
-        return ckpt.validate_state(self._state, self._shape)
+        return ckpt.validate_state(self._host_state(), self._shape)
 
     @serialised
     def state_dict(self) -> dict:
@@ -390,14 +394,14 @@ class LanguageModelTrainer:
     @serialised
     def export_checkpoint(self, path) -> None:
         """Write the complete state to path as a JSON checkpoint (atomic, at most 2 MiB)."""
-        ckpt.write_json_checkpoint(path, self.export_state())
+        ckpt.write_json_checkpoint(path, self._host_state())  # the writer checks the state it writes
 
     save_checkpoint = export_checkpoint
 
     @serialised
     def export_checkpoint_binary(self, path) -> str:
         """Write the complete state as a binary checkpoint (atomic); returns the file's SHA-256."""
-        return ckpt.write_binary_checkpoint(path, self.export_state())
+        return ckpt.write_binary_checkpoint(path, self._host_state())  # the writer checks it
 
     @classmethod
     def _from_state(cls, state: dict, resident, executor) -> LanguageModelTrainer:
