@@ -63,10 +63,8 @@ import soxr
 
 from ..training.config import AudioShape
 from ..training.errors import ErrorCode, UFormError
-from .items import item_error
+from .items import item_error, normalised_targets
 
-TARGET_EPSILON = 1e-6
-"""Added to a frame's variance before the square root of its normalised target."""
 RESAMPLE_QUALITY = "HQ"
 """The soxr quality recordings are resampled with."""
 
@@ -237,9 +235,8 @@ def frame_audio(samples: np.ndarray, chunk_samples: int, max_frames: int) -> Aud
     frames = np.zeros(kept * chunk_samples, np.float32)
     frames[:min(samples.size, frames.size)] = samples[:frames.size]
     frames = frames.reshape(kept, chunk_samples)
-    wide = frames.astype(np.float64)
-    targets = (wide - wide.mean(axis=1, keepdims=True)) / np.sqrt(wide.var(axis=1, keepdims=True) + TARGET_EPSILON)
-    return AudioFrames(frames=frames, targets=targets.astype(np.float32), positions=np.arange(kept, dtype=np.int32),
+    return AudioFrames(frames=frames, targets=normalised_targets(frames.astype(np.float64)),
+                       positions=np.arange(kept, dtype=np.int32),
                        truncated=original > kept, original_frames=original)
 
 

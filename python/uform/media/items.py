@@ -1,4 +1,4 @@
-"""What a media item may be, and how a refusal names it.
+"""What a media item may be, how a refusal names it, and the normalised target its tokens reconstruct.
 
 A media item is either the bytes of an encoded file (``bytes``, ``bytearray`` or
 ``memoryview``) or an already decoded ``numpy.uint8`` array. Every refusal is a
@@ -13,6 +13,18 @@ import numpy as np
 
 from ..training.errors import ErrorCode, UFormError
 from .formats import describe_format, sniff_format
+
+
+TARGET_EPSILON = 1e-6
+"""Added to a token's variance before the square root of its normalised target."""
+
+
+def normalised_targets(values: np.ndarray) -> np.ndarray:
+    """MAE's reconstruction target of each row of float64 ``values`` (a patch, tube or frame): its values
+    less their mean, over the square root of their variance plus TARGET_EPSILON, in float64, then float32."""
+    mean = values.mean(axis=1, keepdims=True)
+    variance = values.var(axis=1, keepdims=True)
+    return ((values - mean) / np.sqrt(variance + TARGET_EPSILON)).astype(np.float32)
 
 
 def item_error(item: int, message: str) -> UFormError:

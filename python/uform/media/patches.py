@@ -57,9 +57,8 @@ import numpy as np
 from PIL import Image
 
 from ..training.errors import ErrorCode, UFormError
+from .items import normalised_targets
 
-TARGET_EPSILON = 1e-6
-"""Added to a patch's variance before its square root in the target."""
 RESAMPLING = Image.Resampling.BICUBIC
 """The Pillow filter a too-large image or frame is downscaled with."""
 
@@ -145,11 +144,7 @@ def _padded(pixels: np.ndarray, rows: int, columns: int, patch_side: int) -> np.
 def _values(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(inputs, targets)`` of ``(count, width)`` uint8 patches: pixel / 255, and the normalised target."""
     inputs = blocks.astype(np.float32) / np.float32(255)
-    values = blocks / 255.0
-    mean = values.mean(axis=1, keepdims=True)
-    variance = values.var(axis=1, keepdims=True)
-    targets = ((values - mean) / np.sqrt(variance + TARGET_EPSILON)).astype(np.float32)
-    return inputs, targets
+    return inputs, normalised_targets(blocks / 255.0)
 
 
 def _positions(*extents: int) -> np.ndarray:
