@@ -187,3 +187,24 @@ def test_evaluate_reports_the_step_losses_of_both_terms():
     assert evaluated["late_interaction_loss"] > 0 and evaluated["choices_loss"] > 0
     assert (evaluated["loss"], evaluated["late_interaction_loss"], evaluated["choices_loss"]) == \
         (stats.loss, stats.late_interaction_loss, stats.choices_loss)
+
+
+def test_text_choose_and_encode_tokens_refuse_bad_input_naming_it():
+    trainer = choosing_trainer()
+    before = trainer.model.parameters.numpy()
+    for arguments, code, message in [
+        ((["a", "b"], ["yn"]), uform.ErrorCode.SHAPE_MISMATCH, "choices: 1 entries for 2 items"),
+        ((["a", "b"], ["yn", "qq"]), uform.ErrorCode.INVALID_ARGUMENT, "choices: item 1 offers byte 0x71 twice"),
+        ((["a", 7], ["yn", "ab"]), uform.ErrorCode.INVALID_ARGUMENT, "texts: item 1 is int, not bytes"),
+    ]:
+        with pytest.raises(uform.UFormError) as error:
+            trainer.text_choose(*arguments)
+        assert error.value.code == code and str(error.value).startswith(message), str(error.value)
+    with pytest.raises(uform.UFormError, match="encode_tokens: the run trains no token head") as error:
+        trainer.encode_tokens([uform.Modality.TEXT], ["a"])
+    assert error.value.code == uform.ErrorCode.UNSUPPORTED
+    late = tiny(late_interaction=uform.LateInteraction(weight=1.0, width=16))
+    with pytest.raises(uform.UFormError, match="side: QUERY or DOCUMENT") as error:
+        late.encode_tokens([uform.Modality.TEXT], ["a"], side=uform.LateInteractionSide.NONE)
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
+    assert np.array_equal(trainer.model.parameters.numpy(), before) and trainer.completed_steps == 0
