@@ -1,6 +1,9 @@
 """Text-encoder training throughput: uform.Trainer (JOINT) against the same tower and losses in PyTorch
-(fp32, TF32 off, SDPA with the segment mask, autograd, AdamW), measured in the same run on the GPU,
-with each side's peak device memory. Figure: bench/RESULTS.md."""
+(SDPA with the segment mask, autograd, AdamW), measured in the same run on the GPU, with each side's peak
+device memory. --numerics identical (default): PyTorch in fp32 with TF32 off. --numerics fast: uform's fast
+mode against PyTorch under torch.autocast(bfloat16), with the model FLOP utilisation of both (the FLOPs of
+the blocks' GEMMs and of attention over the packed spans, forward and backward: 3× the forward's, against
+the H200's 790 TFLOP/s dense bf16). Figure: bench/RESULTS.md."""
 
 import sysconfig
 import time
@@ -27,8 +30,20 @@ def corpus_items(count: int, seed: int) -> list[bytes]:
     return [data[s:s + n] for s, n in zip(starts, lengths)]
 
 
+H200_BF16_FLOPS = 790e12  # dense bf16 ceiling measured on the H200 (8192³ products through PyTorch)
+
+
+def step_flops(run, segment_lengths: np.ndarray, tokens: int) -> float:
+    """Useful FLOPs of one training step of the tower: per layer 12·hidden² multiply-adds a token in the GEMMs
+    (q, k, v, o and the 4× MLP), and 2·hidden per (query, key) pair of a span in attention; ×2 for FLOPs,
+    ×3 for forward and backward."""
+    h, layers = run.hidden, run.depth
+    pairs = float(np.sum(segment_lengths.astype(np.float64) ** 2))
+    return 3 * 2 * layers * (12 * h * h * tokens + 2 * h * pairs)
+
+
 def main():
-    args = arguments(__doc__)
+    args = arguments(__doc__, numerics=True)
     g = QUICK if args.quick or not uform.gpu_count() else GEOMETRY
     executor = uform.Executor.for_vram([0]) if uform.gpu_count() else uform.Executor.for_ram()
     device = executor.devices[0]
@@ -36,7 +51,7 @@ def main():
         executor, depth=g["depth"], hidden=g["hidden"], objective=uform.Objective.JOINT,
         batch=uform.BatchShape(max_rows_per_device=g["rows"], max_segments_per_device=g["segments"],
                                max_columns_per_row=g["columns"]),
-        schedule=uform.Schedule(steps=1000), seed=0)
+        schedule=uform.Schedule(steps=1000), seed=0, numerics=args.numerics)
     items = corpus_items(g["segments"], seed=1)
     partners = np.arange(len(items)) ^ 1
     relations = uform.Relations(attract=(np.arange(len(items) + 1), partners))
@@ -51,18 +66,24 @@ def main():
         ours()
     breakdown = sorted(((name, calls, seconds) for name, (calls, seconds) in kernels.items()), key=lambda r: -r[2])
     positions = g["rows"] * g["columns"]
-    row = {"geometry": g, "packed_tokens": int(np.count_nonzero(trainer.step_batch(
-        check_step_inputs(modalities, items, relations=relations), False, 1)[1].segment_ids >= 0)),
-        "uform_seconds_per_step": round(seconds, 3),
+    packed = trainer.step_batch(check_step_inputs(modalities, items, relations=relations), False, 1)[1]
+    flops = step_flops(trainer.run, packed.segment_length, int(np.count_nonzero(packed.segment_ids >= 0)))
+    row = {"geometry": g, "numerics": args.numerics, "packed_tokens": int(np.count_nonzero(packed.segment_ids >= 0)),
+        "model_tflop_per_step": round(flops / 1e12, 2),
+        "uform_seconds_per_step": round(seconds, 3), "uform_mfu": round(flops / seconds / H200_BF16_FLOPS, 3),
         "uform_positions_per_s": round(positions / seconds, 1),
         "uform_peak_bytes": device.peak_bytes,
         "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown[:12]}}
     if uform.gpu_count():
-        row.update(torch_peer(trainer, items, relations, g, positions))
+        row.update(torch_peer(trainer, items, relations, g, positions, autocast=args.numerics == "fast"))
+        row["torch_mfu"] = round(flops / row["torch_seconds_per_step"] / H200_BF16_FLOPS, 3)
+        row["ratio"] = round(row["torch_seconds_per_step"] / seconds, 3)
     write_results(args.out, "encoder", [row])
 
 
-def torch_peer(trainer, items, relations, g, positions) -> dict:
+def torch_peer(trainer, items, relations, g, positions, *, autocast: bool) -> dict:
+    import contextlib
+
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -85,8 +106,9 @@ def torch_peer(trainer, items, relations, g, positions) -> dict:
 
     def step():
         optimizer.zero_grad(set_to_none=False)
-        out = encoder_torch.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
-                                      widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
+        with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+            out = encoder_torch.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
+                                          widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
         out["loss"].backward()
         optimizer.step()
         out["loss"].item()

@@ -1,5 +1,7 @@
-"""fp32 GEMM throughput: the engine's identical-numerics GEMM against PyTorch (TF32 off) on
-the GPU and against numpy on the CPU, measured in the same run. Figure: bench/RESULTS.md."""
+"""GEMM throughput, measured in the same run as its peers. Identical mode: the engine's fp32 GEMM against
+PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU): the engine's bf16
+tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
+to bf16 (as under autocast) and without them. Figure: bench/RESULTS.md."""
 
 import numpy as np
 
@@ -37,6 +39,29 @@ def gpu_rows(sizes):
     return rows
 
 
+def fast_rows(shapes):
+    import torch
+
+    device = uform.Device.gpu(0)
+    uform.executor.run_numerics("fast", uform.Executor([device]))
+    rows = []
+    for m, n, k in shapes:
+        rng = np.random.default_rng(m + n + k)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
+        ours = median_seconds(lambda: K.gemm(cb, ab, bb, m, n, k, fast=True), device.synchronize, repeats=5)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        cast = median_seconds(lambda: torch.matmul(ta.bfloat16(), tb.bfloat16()), torch.cuda.synchronize, repeats=5)
+        ha, hb = ta.bfloat16(), tb.bfloat16()
+        bare = median_seconds(lambda: torch.matmul(ha, hb), torch.cuda.synchronize, repeats=5)
+        flops = 2 * m * n * k / 1e12
+        rows.append({"device": "gpu", "mode": "fast", "m": m, "n": n, "k": k, "uform_tflops": round(flops / ours, 1),
+                     "torch_bf16_with_casts_tflops": round(flops / cast, 1), "torch_bf16_tflops": round(flops / bare, 1),
+                     "ratio_with_casts": round(cast / ours, 3)})
+    return rows
+
+
 def cpu_rows(sizes):
     device = uform.Device.cpu()
     rows = []
@@ -54,6 +79,9 @@ def main():
     rows = cpu_rows([256, 512] if args.quick else [512, 1024, 2048])
     if uform.gpu_count() > 0:
         rows += gpu_rows([1024] if args.quick else [4096, 8192])
+        rows += fast_rows([(1024, 1024, 1024)] if args.quick else
+                          [(4096, 4096, 4096), (8192, 8192, 8192), (65536, 768, 768), (65536, 3072, 768),
+                           (65536, 768, 3072)])
     write_results(args.out, "gemm", rows)
 
 

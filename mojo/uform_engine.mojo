@@ -14,8 +14,8 @@ from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import Args, Interface, TeamBody, args_from_python, device_of, launch_index, launch_teams
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, choices, contrastive, embedding, gemm, late_interaction, norms, pointwise,
-                     rotary, rows)
+from kernels import (adamw, attention, choices, contrastive, embedding, gemm, gemm_fast, late_interaction, norms,
+                     pointwise, rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -148,6 +148,42 @@ def gemm_product(
     return PythonObject(None)
 
 
+def gemm_fast_product(
+    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
+    M: PythonObject, N: PythonObject, K: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, workspace: PythonObject,
+) raises -> PythonObject:
+    """C[M×N] (+)= op(A)·op(B) in fast mode (see kernels/gemm_fast.mojo); workspace: room for the bf16 copies."""
+    var dev = device_of(device)
+    var cp = f32_at(Int(py=c))
+    var ap = f32_at(Int(py=a))
+    var bp = f32_at(Int(py=b))
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    var acc = Bool(py=accumulate)
+    var work = Int(py=workspace)
+    var ta = Bool(py=transpose_a)
+    var tb = Bool(py=transpose_b)
+    if ta and tb:
+        raise Error("gemm: transposing both A and B is not supported")
+    if ta:
+        gemm_fast.gemm_fast_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
+    elif tb:
+        gemm_fast.gemm_fast_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
+    else:
+        gemm_fast.gemm_fast_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
+    return PythonObject(None)
+
+
+def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace a fast M×N×K product needs for its operands' bf16 copies."""
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    return PythonObject(2 * (gemm_fast.bf16_values(m * k) + gemm_fast.bf16_values(k * n)))
+
+
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
     return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K)))
@@ -187,6 +223,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[gemm_product]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
+        m.def_function[gemm_fast_product]("gemm_fast")
+        m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
         index[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)

@@ -132,3 +132,34 @@ def load_engine():
             reason += f", but {error}"
         warnings.warn(f"uform: {reason}; falling back to the CPU engine", RuntimeWarning, stacklevel=3)
     return load_variant("cpu"), "cpu"
+
+
+CUBLAS_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13")  # Lt first: libcublas needs it
+
+
+def load_cublas() -> None:
+    """Make cuBLAS loadable for fast mode's GEMMs (kernels/gemm_fast.mojo).
+
+    MAX's binding opens ``libcublas.so.13`` by name, which the dynamic loader finds on its search path
+    or, failing that, among the libraries already loaded. NVIDIA's ``nvidia-cublas`` wheel (which
+    PyTorch installs) keeps it under ``site-packages/nvidia/*/lib``, off the search path: load it from
+    there once, globally, so that the binding's open finds it. Raises OSError naming where it looked."""
+    looked = []
+    for name in CUBLAS_LIBRARIES:
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            continue
+        except OSError:
+            pass
+        candidates = [path for entry in sys.path if entry and Path(entry).is_dir()
+                      for path in sorted(Path(entry).glob(f"nvidia/*/lib/{name}"))]
+        looked.append(f"{name}: the loader's search path and {len(candidates)} nvidia wheel copies")
+        for path in candidates:
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError as error:
+                looked.append(f"{path}: {error}")
+        else:
+            raise OSError("cannot load cuBLAS (" + "; ".join(looked) + "); install nvidia-cublas (CUDA 13) or "
+                          "put its lib directory on LD_LIBRARY_PATH")

@@ -1,10 +1,14 @@
-"""Executors: the devices a trainer runs on, and the process's numeric mode.
+"""Executors: the devices a trainer runs on, and the numeric modes.
 
 ``Executor.for_vram(devices=[0, 1])`` names GPUs as the seeds do;
 ``Executor.for_ram()`` is the host CPU, which this project also trains on, with
 the same results bit for bit ("identical" numerics). ``default_executor()`` is
 the first usable GPU, else the CPU, unless ``set_default_executor`` or the
 environment variable ``UFORM_DEVICE`` (``cpu`` or ``gpu:N``) says otherwise.
+
+A run's numeric mode (docs/numerics.md) is "identical" (the default: the same bits on every device) or
+"fast" (bf16 tensor cores on a GPU; the identical kernels on the CPU). Each trainer takes it as the
+keyword ``numerics``; left at None, the process mode (``set_numeric_mode``) decides.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Sequence
 
 from .engine import ENGINE_VARIANT, Device, gpu_count
 
-NUMERIC_MODES = ("identical",)
+NUMERIC_MODES = ("identical", "fast")
 _numeric_mode = "identical"
 _default_executor: Executor | None = None
 
@@ -96,10 +100,32 @@ def set_default_executor(spec) -> None:
 
 
 def numeric_mode() -> str:
-    """The process numeric mode: "identical" (the same bits on every device)."""
+    """The process numeric mode, which runs given no `numerics` use: "identical" unless set_numeric_mode."""
     return _numeric_mode
 
 
 def set_numeric_mode(mode: str) -> None:
-    if mode not in NUMERIC_MODES:
-        raise _refused(f"numeric mode {mode!r} is not available; this build offers {list(NUMERIC_MODES)}")
+    """Set the process numeric mode: "identical" or "fast"."""
+    global _numeric_mode
+    _numeric_mode = _checked_mode(mode, "set_numeric_mode")
+
+
+def _checked_mode(mode, what: str) -> str:
+    if not isinstance(mode, str) or mode not in NUMERIC_MODES:
+        raise _refused(f"{what}: numeric mode {mode!r} is not one of {list(NUMERIC_MODES)}")
+    return mode
+
+
+def run_numerics(numerics: str | None, executor: Executor) -> str:
+    """A run's numeric mode: `numerics`, or the process mode when None. Fast mode on a GPU needs cuBLAS
+    (its GEMMs): it is loaded here, and its absence refused with UNSUPPORTED, before any device work."""
+    mode = numeric_mode() if numerics is None else _checked_mode(numerics, "numerics")
+    if mode == "fast" and executor.is_gpu:
+        from ._loader import load_cublas
+
+        try:
+            load_cublas()
+        except OSError as error:
+            raise _refused(f"numerics: fast mode's GEMMs need cuBLAS: {error}", "UNSUPPORTED",
+                           "UFormRuntimeError") from None
+    return mode

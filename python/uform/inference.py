@@ -64,9 +64,10 @@ class Encoder:
         self.path = path
 
     @classmethod
-    def load(cls, path, executor: Executor | None = None) -> Encoder:
+    def load(cls, path, executor: Executor | None = None, *, numerics: str | None = None) -> Encoder:
         """The encoder a ``Trainer.save`` wrote to `path`, on `executor` (an Executor, a Device, 'cpu' or
-        'gpu:N'; default: ``uform.default_executor()``)."""
+        'gpu:N'; default: ``uform.default_executor()``), in numeric mode `numerics` (default: the mode it was
+        trained in, which the checkpoint records)."""
         metadata = checkpoint_metadata(path)
         executor = default_executor() if executor is None else executor_from(executor)
         try:
@@ -74,7 +75,8 @@ class Encoder:
         except (KeyError, TypeError, ValueError) as error:
             raise UFormError(ErrorCode.CORRUPTED, f"Encoder.load: {os.fsdecode(path)}: the run it stores is not "
                                                   f"one uform reads ({type(error).__name__}: {error})") from None
-        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], training=False, **settings)
+        trainer = Trainer.init_vram(executor, resume=path, seed=metadata["seed"], training=False, numerics=numerics,
+                                    **settings)
         return cls(trainer, os.fsdecode(path))
 
     @property

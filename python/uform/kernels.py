@@ -174,8 +174,11 @@ def _gemm_chunks(m: int, n: int, k: int) -> int:
 
 
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
-         transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
-    """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b)."""
+         transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, fast: bool = False) -> None:
+    """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b).
+
+    fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo); on the CPU, fast mode
+    runs this identical GEMM."""
     if transpose_a and transpose_b:
         raise ValueError("gemm supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
     if min(m, n, k) < 1:
@@ -184,11 +187,16 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
+    label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "")
+    if fast and device.is_gpu:
+        workspace = device.scratch(-(-_engine.gemm_fast_workspace(m, n, k) // 4))
+        _call("gemm_fast", _engine.gemm_fast, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
+              bool(transpose_b), bool(accumulate), workspace.address, label=label + "_fast")
+        return
     chunks = _gemm_chunks(m, n, k)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
-    label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "") + ("_split_k" if chunks > 1 else "")
     _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), partials, label=label)
+          bool(accumulate), partials, label=label + ("_split_k" if chunks > 1 else ""))
 
 
 # ---- rows ------------------------------------------------------------------------------------

@@ -33,12 +33,13 @@ class BatchBuffers:
 class DeviceModel(ResidentState):
     """The resident state of the byte language model on `device`, and the passes over it."""
 
-    def __init__(self, device: Device, shape: LanguageModelConfig, state: HostState, adamw: AdamW):
-        super().__init__(device, parameter_registry(shape), state, adamw)
+    def __init__(self, device: Device, shape: LanguageModelConfig, state: HostState, adamw: AdamW, *,
+                 numerics: str = "identical"):
+        super().__init__(device, parameter_registry(shape), state, adamw, numerics=numerics)
         self.shape = shape
         self.layer_weights = layer_tensors(self.weights, shape.layers)
         self.layer_grads = layer_tensors(self.weight_grads, shape.layers)
-        self.stack = TransformerStack(device, shape.stack(), shape.length)
+        self.stack = TransformerStack(device, shape.stack(), shape.length, fast=self.fast)
         self._batches = RecentCache(self._allocate)
 
     def buffers(self, batch: int, length: int) -> BatchBuffers:

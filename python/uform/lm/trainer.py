@@ -36,7 +36,7 @@ import threading
 import numpy as np
 
 from .. import engine
-from ..executor import default_executor, executor_from, numeric_mode
+from ..executor import default_executor, executor_from, numeric_mode, run_numerics
 from ..nn.resident import AdamW, HostState, applied_whole
 from ..training.errors import ErrorCode, UFormRuntimeError, type_error, value_error
 from . import checkpoint as ckpt
@@ -66,7 +66,7 @@ class LanguageModelTrainer:
     """FP32 decoder language-model trainer (AdamW, mean cross-entropy); see the module docstring."""
 
     def __init__(self, parameters, *, data_schedule, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 shape=None, resident=None, step_result=None, executor=None):
+                 shape=None, resident=None, step_result=None, executor=None, numerics=None):
         shape = LanguageModelConfig() if shape is None else shape
         if not isinstance(shape, LanguageModelConfig):
             raise type_error(f"shape must be a LanguageModelConfig or None, got {type(shape).__name__}")
@@ -78,12 +78,14 @@ class LanguageModelTrainer:
             "step": 0, **HostState.starting(flat).arrays(),
             "data_schedule": data_schedule, "metadata": {},
         }, shape)
-        self._start(state, executor, resident, step_result)
+        self._start(state, executor, resident, step_result, numeric_mode() if numerics is None else numerics)
 
-    def _start(self, state: dict, executor, resident, step_result) -> None:
+    def _start(self, state: dict, executor, resident, step_result, numerics) -> None:
+        """numerics: the run's numeric mode, or None to keep the state's (docs/numerics.md)."""
         self._lock = threading.RLock()
         self._executor = default_executor() if executor is None else executor_from(executor)
         self._resident, self._step_result = self._session_mode(resident, step_result)
+        self._numerics = run_numerics(state_numerics(state) if numerics is None else numerics, self._executor)
         self._adopt(state)
 
     # ---- construction helpers ----------------------------------------------------------------------
@@ -115,6 +117,8 @@ class LanguageModelTrainer:
     def _adopt(self, state: dict) -> None:
         """Take a validated state as the trainer's own; any device session is dropped without export."""
         self._state = state
+        metadata = {key: value for key, value in state["metadata"].items() if key != "numerics"}
+        state["metadata"] = metadata if self._numerics == "identical" else {**metadata, "numerics": self._numerics}
         self._shape = LanguageModelConfig.from_dict(state["config"])
         self._model: DeviceModel | None = None
         self._gradient_ready = False
@@ -135,7 +139,8 @@ class LanguageModelTrainer:
             s, h = self._state, self._state["hyperparameters"]
             state = HostState(s["parameters"], s["m"], s["v"])
             adamw = AdamW(betas=h["betas"], eps=h["eps"], weight_decay=h["weight_decay"])
-            self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, state, adamw))
+            self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, state, adamw,
+                                                                numerics=self._numerics))
         return self._model
 
     def _engine_call(self, call):
@@ -296,8 +301,10 @@ class LanguageModelTrainer:
 
     @serialised
     def load_state_dict(self, state) -> None:
-        """Replace the complete state; validated first, so a refused state leaves the trainer untouched."""
+        """Replace the complete state, and take its numeric mode; validated first, so a refused state leaves the
+        trainer untouched."""
         checked = ckpt.validate_state(state)
+        self._numerics = run_numerics(state_numerics(checked), self._executor)
         self._adopt(checked)
 
     @serialised
@@ -360,7 +367,7 @@ class LanguageModelTrainer:
             "device": self._device.name,
             "resident": self._resident,
             "step_result": self._step_result,
-            "numeric_mode": numeric_mode(),
+            "numeric_mode": self._numerics,
             "config": self._shape.to_dict(),
             "n_total": self._shape.n_total,
             "hyperparameters": dict(self._state["hyperparameters"]),
@@ -404,27 +411,33 @@ class LanguageModelTrainer:
         return ckpt.write_binary_checkpoint(path, self._host_state())  # the writer checks it
 
     @classmethod
-    def _from_state(cls, state: dict, resident, executor) -> LanguageModelTrainer:
+    def _from_state(cls, state: dict, resident, executor, numerics) -> LanguageModelTrainer:
         trainer = cls.__new__(cls)
-        trainer._start(state, executor, resident, None)
+        trainer._start(state, executor, resident, None, numerics)
         return trainer
 
+    # numerics=None resumes in the checkpoint's numeric mode; "identical" or "fast" switches to that one.
     @classmethod
-    def from_checkpoint(cls, path, *, resident=None, executor=None) -> LanguageModelTrainer:
-        return cls._from_state(ckpt.read_json_checkpoint(path), resident, executor)
+    def from_checkpoint(cls, path, *, resident=None, executor=None, numerics=None) -> LanguageModelTrainer:
+        return cls._from_state(ckpt.read_json_checkpoint(path), resident, executor, numerics)
 
     @classmethod
-    def from_checkpoint_bytes(cls, encoded, *, resident=None, executor=None) -> LanguageModelTrainer:
+    def from_checkpoint_bytes(cls, encoded, *, resident=None, executor=None, numerics=None) -> LanguageModelTrainer:
         if not isinstance(encoded, bytes):
             raise type_error(f"from_checkpoint_bytes takes exactly bytes, got {type(encoded).__name__}")
-        return cls._from_state(ckpt.read_json_checkpoint_bytes(encoded), resident, executor)
+        return cls._from_state(ckpt.read_json_checkpoint_bytes(encoded), resident, executor, numerics)
 
     @classmethod
-    def from_checkpoint_binary(cls, path, *, resident=None, executor=None) -> LanguageModelTrainer:
-        return cls._from_state(ckpt.read_binary_checkpoint(path), resident, executor)
+    def from_checkpoint_binary(cls, path, *, resident=None, executor=None, numerics=None) -> LanguageModelTrainer:
+        return cls._from_state(ckpt.read_binary_checkpoint(path), resident, executor, numerics)
 
 
 SmallByteLanguageModelTrainer = LanguageModelTrainer
+
+
+def state_numerics(state: dict) -> str:
+    """The numeric mode a state was trained in: its metadata's "numerics", which only fast runs write."""
+    return state["metadata"].get("numerics", "identical")
 
 
 def state_sha256(state: dict) -> str:

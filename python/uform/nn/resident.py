@@ -158,10 +158,13 @@ class ResidentState:
     overwrites the gradient; ``adamw`` then updates parameters and moments in place."""
 
     def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW, *,
-                 training: bool = True):
+                 training: bool = True, numerics: str = "identical"):
         """training=False keeps the parameters alone on the device (no gradient, no moments): a state
-        that only runs forward passes, in a third of the memory."""
+        that only runs forward passes, in a third of the memory. numerics: the run's numeric mode; `fast`
+        says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical."""
         self.device = device
+        self.numerics = numerics
+        self.fast = numerics == "fast" and device.is_gpu
         self.registry = registry
         self.training = training
         self.parameters = device.put(state.parameters)

@@ -146,9 +146,11 @@ def position_axes(positions: Buffer) -> int:
 class TransformerStack:
     """The blocks' passes over N tokens; activations and scratch are kept per token count."""
 
-    def __init__(self, device: Device, geometry: StackGeometry, max_positions: int):
+    def __init__(self, device: Device, geometry: StackGeometry, max_positions: int, *, fast: bool = False):
+        """fast=True: the blocks' GEMMs run in fast mode (bf16 tensor cores) on a GPU (docs/numerics.md)."""
         self.device = device
         self.geometry = geometry
+        self.fast = fast
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
@@ -166,6 +168,9 @@ class TransformerStack:
     def token_counts(self) -> list[int]:
         """The token counts whose buffers are held."""
         return self._buffers.keys()
+
+    def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
+        K.gemm(c, a, b, m, n, k, fast=self.fast, **options)
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
@@ -185,18 +190,18 @@ class TransformerStack:
         scratch = work.scratch
         for i, (w, b) in enumerate(zip(weights, layers)):
             K.rmsnorm_forward(b.a, b.rstd1, b.h_in, w.attention_norm, g.norm_eps)
-            K.gemm(b.q, b.a, w.wq, n, g.q_width, g.width)
-            K.gemm(b.k, b.a, w.wk, n, g.kv_width, g.width)
-            K.gemm(b.v, b.a, w.wv, n, g.kv_width, g.width)
+            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width)
+            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width)
+            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width)
             K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes)
             K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
-            K.gemm(scratch, b.o, w.wo, n, g.width, g.q_width)
+            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width)
             K.add(b.h_mid, b.h_in, scratch)
             K.rmsnorm_forward(b.m, b.rstd2, b.h_mid, w.mlp_norm, g.norm_eps)
-            K.gemm(b.u, b.m, w.w_up, n, g.mlp, g.width)
+            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width)
             K.silu(b.s, b.u)
-            K.gemm(scratch, b.s, w.w_down, n, g.width, g.mlp)
+            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp)
             h_out = layers[i + 1].h_in if i + 1 < g.layers else work.h_out
             K.add(h_out, b.h_mid, scratch)
         return work.h_out
@@ -215,27 +220,27 @@ class TransformerStack:
         for i in reversed(range(g.layers)):
             w, gw, b = weights[i], grads[i], buffers.layers[i]
             # h_out = h_mid + silu(m·w_up)·w_down
-            K.gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True)
-            K.gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True)
+            self._gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True)
+            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True)
             K.silu_backward(du, b.u, ds)
-            K.gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True)
-            K.gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True)
+            self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True)
+            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_mid, w.mlp_norm, b.rstd2)
             K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
-            K.gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True)
-            K.gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True)
+            self._gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True)
+            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
             K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes)
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
                      axes=axes)
-            K.gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True)
-            K.gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True)
-            K.gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True)
-            K.gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True)
-            K.gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
-            K.gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
+            self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True)
+            self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True)
+            self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True)
+            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True)
+            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
+            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_in, w.attention_norm, b.rstd1)
             K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)

@@ -9,9 +9,10 @@ The Trainer's ``HostState`` (``uform.nn.resident``) as tensors, each float32 in 
 
 Metadata (safetensors' str → str header): ``format`` = ``uform.trainer/2``, ``step`` (optimizer
 steps applied, across resumes), ``seed``, ``run``: the derived run as JSON (depth, hidden,
-objective, batch, masking, contrastive, schedule), and ``sha256``: a JSON object giving every
-tensor's SHA-256 (of its little-endian bytes), and ``metadata_sha256``: the SHA-256 of the other
-fields (``metadata_digest``), so a flipped bit in the step, the seed or the run is refused too. Every
+objective, batch, masking, contrastive, schedule), ``numerics`` = ``fast`` for a run in fast mode
+(absent for identical mode, so identical runs write what they always wrote), ``sha256``: a JSON
+object giving every tensor's SHA-256 (of its little-endian bytes), and ``metadata_sha256``: the
+SHA-256 of the other fields (``metadata_digest``), so a flipped bit in the step, the seed or the run is refused too. Every
 read checks the metadata and every tensor it loads against their digests, so a flipped bit is
 refused with CORRUPTED naming the tensor or the metadata; ``read_tensors`` is that
 verifying reader for a loader that wants the parameters alone. A resume whose geometry differs is
@@ -44,6 +45,8 @@ from .errors import ErrorCode, UFormError
 FORMAT = "uform.trainer/2"
 METADATA = ("format", "step", "seed", "run", "sha256", "metadata_sha256")
 """The metadata fields every checkpoint carries."""
+OPTIONAL_METADATA = ("numerics",)
+"""Metadata fields a checkpoint carries when they differ from their default (numerics: "identical")."""
 PREFIXES = {"parameters": "", "m": "optimizer.m.", "v": "optimizer.v."}
 """The tensor-name prefix of each array of the HostState (STATE_ARRAYS)."""
 
@@ -80,8 +83,8 @@ def tensor_sha256(tensor: np.ndarray) -> str:
     return hashlib.sha256(float32_le_bytes(tensor)).hexdigest()
 
 
-def write(path, registry: list[dict], state: HostState, *, step: int, seed: int, run: str, progress=None,
-          progress_steps: int = 0) -> bool:
+def write(path, registry: list[dict], state: HostState, *, step: int, seed: int, run: str,
+          numerics: str = "identical", progress=None, progress_steps: int = 0) -> bool:
     """Write the checkpoint atomically; answers True, or False (writing nothing) if progress stopped it."""
     tensors = {}
     reporter = Progress(progress, progress_steps, len(STATE_ARRAYS) * len(registry))
@@ -92,6 +95,8 @@ def write(path, registry: list[dict], state: HostState, *, step: int, seed: int,
                 return False
     digests = json.dumps({name: tensor_sha256(tensor) for name, tensor in tensors.items()}, sort_keys=True)
     metadata = {"format": FORMAT, "step": str(step), "seed": str(seed), "run": run, "sha256": digests}
+    if numerics != "identical":
+        metadata["numerics"] = numerics
     metadata["metadata_sha256"] = metadata_digest(metadata)
     write_atomically(path, [save(tensors, metadata=metadata)])
     return True
@@ -99,7 +104,7 @@ def write(path, registry: list[dict], state: HostState, *, step: int, seed: int,
 
 def metadata_digest(metadata: dict) -> str:
     """The SHA-256 of the metadata fields but its own, as sorted-key JSON of the stored strings."""
-    fields = {key: metadata[key] for key in METADATA if key != "metadata_sha256"}
+    fields = {key: metadata[key] for key in METADATA + OPTIONAL_METADATA if key != "metadata_sha256" and key in metadata}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -122,9 +127,12 @@ class Checkpoint:
                                                   "SHA-256: the file was modified or damaged")
         try:
             self.metadata = {"step": int(metadata["step"]), "seed": int(metadata["seed"]),
-                             "run": json.loads(metadata["run"]), "sha256": json.loads(metadata["sha256"])}
+                             "run": json.loads(metadata["run"]), "sha256": json.loads(metadata["sha256"]),
+                             "numerics": metadata.get("numerics", "identical")}
         except ValueError as error:
             raise self.error(ErrorCode.CORRUPTED, f"unreadable metadata: {error}") from None
+        if self.metadata["numerics"] not in ("identical", "fast"):
+            raise self.error(ErrorCode.CORRUPTED, f"unknown numerics {self.metadata['numerics']!r}")
         if not isinstance(self.metadata["run"], dict):
             raise self.error(ErrorCode.CORRUPTED, "the metadata's run is not a JSON object")
         if not isinstance(self.metadata["sha256"], dict) or set(self.metadata["sha256"]) != set(file.keys()):
@@ -176,7 +184,7 @@ def read_tensors(path, *, optimizer: bool = False) -> tuple[dict, dict[str, np.n
 
 
 def read(path, registry: list[dict], *, run: str, seed: int, progress=None, progress_steps: int = 0):
-    """(HostState, step) of a checkpoint of this run's geometry and seed; None if progress stopped it."""
+    """(HostState, step, numerics) of a checkpoint of this run's geometry and seed; None if progress stopped it."""
     with opened(path, "resume") as checkpoint:
         saved, wanted = checkpoint.metadata["run"], json.loads(run)
         differing = sorted(k for k in wanted if k != "schedule" and saved.get(k) != wanted[k])
@@ -203,4 +211,4 @@ def read(path, registry: list[dict], *, run: str, seed: int, progress=None, prog
         if bad is not None:
             raise checkpoint.error(ErrorCode.INVALID_ARGUMENT, f"{bad}: a state must hold finite parameters and "
                                                                "moments, and second moments >= 0")
-        return state, checkpoint.metadata["step"]
+        return state, checkpoint.metadata["step"], checkpoint.metadata["numerics"]

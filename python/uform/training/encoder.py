@@ -330,13 +330,13 @@ class EncoderModel(ResidentState):
     """The encoder's resident state on `device` (``uform.nn.resident``) and one training step over it."""
 
     def __init__(self, device: Device, geometry: EncoderGeometry, state: HostState, widths: tuple[int, ...], *,
-                 training: bool = True):
-        super().__init__(device, encoder_registry(geometry), state, ADAMW, training=training)
+                 training: bool = True, numerics: str = "identical"):
+        super().__init__(device, encoder_registry(geometry), state, ADAMW, training=training, numerics=numerics)
         self.geometry = geometry
         self.widths = widths
         self.layer_weights = layer_tensors(self.weights, geometry.depth)
         self.layer_grads = layer_tensors(self.weight_grads, geometry.depth) if training else None
-        self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns)
+        self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns, fast=self.fast)
         self._buffers = RecentCache(self._allocate)
         self._pooling = RecentCache(self._allocate_pooling)
         self._late = RecentCache(lambda key: LateBuffers.allocate(self.device, *key, geometry.hidden,

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels import EngineError
-from ..executor import Executor
+from ..executor import Executor, run_numerics
 from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
@@ -86,11 +86,12 @@ class Trainer:
                   masking: Masking | None = None, contrastive: Contrastive | None = None,
                   late_interaction: LateInteraction | None = None, choices: Choices | None = None,
                   schedule: Schedule | None = None, seed: int = 0, progress=None, progress_steps: int = 0,
-                  training: bool = True) -> Trainer:
+                  training: bool = True, numerics: str | None = None) -> Trainer:
         """Build the replica on the executor's device and start, or resume from `resume`, the run.
         training=False keeps the parameters alone on the device (no gradient, no AdamW moments, a third
         of the memory): a replica that only embeds (``encode``, ``uform.Encoder``); it refuses step and
-        save."""
+        save. numerics: "identical" or "fast" (docs/numerics.md); None: a resumed run keeps its checkpoint's
+        mode, a new one takes the process mode (``uform.numeric_mode()``)."""
         if not isinstance(executor, Executor):
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
                                                          f"{type(executor).__name__}")
@@ -102,6 +103,7 @@ class Trainer:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
         run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule)
+        numerics = None if numerics is None else run_numerics(numerics, executor)
         late = run.late_interaction
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
                                    objective=run.objective, max_columns=run.batch.max_columns_per_row,
@@ -114,14 +116,16 @@ class Trainer:
                                      progress_steps=progress_steps)
             if loaded is None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
-            state, step = loaded
+            state, step, saved_numerics = loaded
+            numerics = numerics or run_numerics(saved_numerics, executor)
         else:
             contrastive_run = run.contrastive
             state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
                                                           contrastive_run.bias, late.inverse_temperature, late.bias))
             step = 0
+            numerics = numerics or run_numerics(None, executor)
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
-        model = EncoderModel(executor.devices[0], geometry, state, widths, training=training)
+        model = EncoderModel(executor.devices[0], geometry, state, widths, training=training, numerics=numerics)
         return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
 
     @contextlib.contextmanager
@@ -173,6 +177,11 @@ class Trainer:
     def run(self):
         """The validated run, every field derived."""
         return self._run
+
+    @property
+    def numerics(self) -> str:
+        """The run's numeric mode: "identical" or "fast" (docs/numerics.md)."""
+        return self._model.numerics
 
     @property
     def model(self) -> EncoderModel:
@@ -458,7 +467,8 @@ class Trainer:
         with self._device_call():
             return checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
                              self._model.download_state(), step=self._step, seed=self._seed,
-                             run=checkpoint.run_json(self._run), progress=progress, progress_steps=progress_steps)
+                             run=checkpoint.run_json(self._run), numerics=self._model.numerics, progress=progress,
+                             progress_steps=progress_steps)
 
 
 def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,

@@ -1,0 +1,76 @@
+"""Fast mode's GEMM: C = op(A)·op(B), or C += op(A)·op(B), on the tensor cores in bf16.
+
+    C[m, n] = C0[m, n] + Σ_k bf16(a(m, k))·bf16(b(k, n))      (C0 = 0 unless accumulating)
+
+bf16(x) rounds an fp32 value to the nearest bfloat16 (ties to even). The products and their sum
+are taken in fp32 by cuBLAS (`CUBLAS_COMPUTE_32F`), written to the fp32 C. Operands and layouts
+are those of the identical GEMM (kernels/gemm.mojo): the trainers keep fp32 activations and fp32
+master weights, so a cast kernel first writes bf16 copies of A and B into a workspace, then MAX's
+vendor-BLAS binding runs cuBLAS on the device's stream. cuBLAS chooses its algorithm by shape and
+GPU model, and by its documentation gives the same bits on every run on GPUs of one architecture
+and SM count: fast mode is deterministic on one GPU model, never equal to the CPU's identical bits.
+
+GPU only: on the CPU, fast mode runs the identical GEMM (python/uform/kernels.py decides).
+"""
+
+from layout import Coord, TileTensor, row_major
+from linalg.matmul.vendor.blas import matmul as vendor_matmul
+from engine.device import F32Ptr
+from engine.launch import Args, DevicePtr, Interface, launch_index
+from engine.target import HAS_ACCELERATOR
+
+comptime BF16Ptr = UnsafePointer[BFloat16, MutAnyOrigin]
+comptime CAST_LANES = 8  # values rounded by one task: 16 bytes of bf16 written at once
+comptime WORKSPACE_ALIGNMENT = 8  # bf16 values: each copy starts on a 16-byte boundary, as cuBLAS prefers
+
+
+def bf16_values(count: Int) -> Int:
+    """bf16 slots one operand's copy takes in the workspace (rounded up to the alignment)."""
+    return (count + WORKSPACE_ALIGNMENT - 1) // WORKSPACE_ALIGNMENT * WORKSPACE_ALIGNMENT
+
+
+comptime CAST_BF16 = Interface("y x", "count", "")
+
+
+def cast_bf16(i: Int, args: Args):
+    """y[j] = bf16(x[j]) for j in [CAST_LANES·i, CAST_LANES·i + CAST_LANES) ∩ [0, count)."""
+    var y = BF16Ptr(unsafe_from_address=Int(args.addresses[0]))
+    var x = args.f32(1)
+    var count = args.size(0)
+    var first = i * CAST_LANES
+    if first + CAST_LANES <= count:
+        y.unsafe_store(first, x.unsafe_load[width=CAST_LANES](first).cast[DType.bfloat16]())
+    else:
+        for j in range(first, count):
+            y.unsafe_store(j, x.unsafe_load(j).cast[DType.bfloat16]())
+
+
+def cast_to_bf16(dev: DevicePtr, y: Int, x: F32Ptr, count: Int) raises:
+    var args = Args.empty()  # CAST_BF16
+    args.addresses[0] = Int64(y)
+    args.addresses[1] = Int64(Int(x))
+    args.sizes[0] = Int64(count)
+    launch_index[cast_bf16](dev, (count + CAST_LANES - 1) // CAST_LANES, args)
+
+
+def gemm_fast_on[transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+) raises:
+    """The product in bf16 on a GPU; `workspace` holds bf16_values(M·K) + bf16_values(K·N) bf16 slots."""
+    comptime if HAS_ACCELERATOR:
+        if not dev[].is_gpu():
+            raise Error("gemm_fast: fast mode's GEMM runs on a GPU; the CPU runs the identical GEMM")
+        var a16 = BF16Ptr(unsafe_from_address=workspace)
+        var b16 = BF16Ptr(unsafe_from_address=workspace + 2 * bf16_values(M * K))
+        cast_to_bf16(dev, Int(a16), a, M * K)
+        cast_to_bf16(dev, Int(b16), b, K * N)
+        var c_tensor = TileTensor(UnsafePointer[Float32, MutAnyOrigin](unsafe_from_address=Int(c)),
+                                  row_major(Coord(M, N)))
+        var a_rows = K if transpose_a else M
+        var b_rows = N if transpose_b else K
+        var a_tensor = TileTensor(a16, row_major(Coord(a_rows, M * K // a_rows)))
+        var b_tensor = TileTensor(b16, row_major(Coord(b_rows, K * N // b_rows)))
+        vendor_matmul(dev[].ctx(), c_tensor, a_tensor, b_tensor, c_row_major=True, transpose_a=transpose_a,
+                      transpose_b=transpose_b, beta=Float32(1.0) if accumulate else Float32(0.0))
+    else:
+        raise Error("gemm_fast: this engine variant was built without accelerator code")
