@@ -12,7 +12,8 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import Args, Interface, TeamBody, args_from_python, device_of, launch_index, launch_teams
+from engine.launch import (Args, Interface, RowBody, TeamBody, args_from_python, device_of, launch_index, launch_rows,
+                           launch_teams)
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, choices, contrastive, embedding, gemm, gemm_fast, late_interaction, norms,
                      pointwise, rotary, rows)
@@ -81,6 +82,7 @@ def engine_facts() raises -> PythonObject:
     facts["attention_head_dims"] = head_dims
     facts["attention_tile"] = PythonObject(attention.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
+    facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
@@ -197,6 +199,22 @@ def index[body: def(Int, Args) thin -> None](
     interfaces[name] = interface_of(interface)
 
 
+def row_kernel[body: RowBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body over every row in [0, n), one GPU warp or one CPU call each."""
+    launch_rows[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
+def rows_of[body: RowBody](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register a row kernel under `name` with its interface."""
+    m.def_function[row_kernel[body]](name)
+    interfaces[name] = interface_of(interface)
+
+
 def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
     """Register an attention team kernel under `name` (every one reads the ATTENTION interface)."""
     m.def_function[attention_kernel[body]](name)
@@ -231,8 +249,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[pointwise.add](m, k, "add", pointwise.ADD)
         index[pointwise.scale](m, k, "scale", pointwise.SCALE)
         index[pointwise.fill](m, k, "fill", pointwise.FILL)
-        index[norms.rmsnorm_forward](m, k, "rmsnorm_forward", norms.RMSNORM_FORWARD)
-        index[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
+        rows_of[norms.rmsnorm_forward](m, k, "rmsnorm_forward", norms.RMSNORM_FORWARD)
+        rows_of[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)

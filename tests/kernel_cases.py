@@ -470,7 +470,7 @@ def all_cases():
             cases.append((f"attention-{b}x{t}-h{h}kv{kv}d{d}-c{int(causal)}-segments{segment}", case_attention,
                           dict(batch=b, seq_len=t, heads=h, kv_heads=kv, head_dim=d, causal=causal,
                                segmented=segment > 0, mean_segment=max(segment, 1))))
-    for tokens, heads, d in ((1, 1, 2), (13, 3, 8), (40, 4, 64)):
+    for tokens, heads, d in ((1, 1, 8), (13, 3, 16), (40, 4, 64)):
         for axes in (1, 3):
             cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))

@@ -194,6 +194,20 @@ def one_lane[body: def(Int, Args) thin -> None](task: Int, lane: Int, args: Args
     body(task, args)
 
 
+comptime RowBody = def[warp: Bool](Int, Int, Args) thin -> None
+"""A row kernel's body: body[warp](row, lane, args). With warp, one of the 32 threads of a GPU warp that
+share the row (engine.reduction.row_reduce); without, the one caller that takes the whole row (lane 0)."""
+
+
+def whole_row[body: RowBody](row: Int, args: Args):
+    body[False](row, 0, args)
+
+
+def launch_rows[body: RowBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """body over every row in [0, n): a GPU warp a row, or one CPU call a row."""
+    launch_grouped[32, body[True], whole_row[body]](dev, n, args)
+
+
 def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args: Args) raises:
     """body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
     launch_grouped[1, one_lane[body], body](dev, n, args)

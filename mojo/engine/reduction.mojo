@@ -8,6 +8,7 @@ never depends on the thread schedule. Contractions inside GEMM and attention
 """
 
 from std.math import fma
+from max.gpu.primitives.warp import shuffle_down, shuffle_idx
 from engine.device import F32Ptr
 
 comptime LANES = 32
@@ -35,6 +36,29 @@ def canonical_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
     for l in range(n - start):
         acc[l] += value(start + l)
     return fold_lanes(acc)
+
+
+@always_inline
+def row_reduce[warp: Bool, F: def(Int) -> Float32](value: F, n: Int, lane: Int) -> Float32:
+    """Σ value(i) for i in [0, n) in the canonical order, taken by one caller (warp False, lane 0) or by the
+    32 threads of a GPU warp (warp True), thread `lane` playing lane `lane`: it adds values lane, lane+32, …
+    from +0, then the warp folds the lanes by shuffles in fold_lanes' tree (l + l+16, +8, +4, +2, +1) and every
+    thread gets the total. Same operations, same order, so the same bits either way."""
+    comptime if warp:
+        var partial = Float32(0)
+        for i in range(lane, n, LANES):
+            partial += value(i)
+        comptime for level in range(5):
+            partial = partial + shuffle_down(partial, UInt32(16 >> level))
+        return shuffle_idx(partial, 0)
+    else:
+        return canonical_reduce(value, n)
+
+
+@always_inline
+def row_stride[warp: Bool]() -> Int:
+    """The step between the columns one caller of a row body writes: LANES in a warp, else 1."""
+    return LANES if warp else 1
 
 
 @always_inline

@@ -1,6 +1,7 @@
 """The contrastive head: segment pooling, L2 normalisation of Matryoshka prefixes, pair losses.
 
-Pooling, one body per segment (forward) or per token (backward):
+Pooling, one body per (segment, column) (forward) or per (token, column) (backward), so that neighbouring
+GPU threads read neighbouring columns:
     e_s = Σ_{t ∈ s, ascending} y_t / |s|           dy_t (+)= de_{s(t)} / |s(t)|
 L2 normalisation of the first d of `stride` columns, one body per row:
     r = 1/√(Σ e² + 1e-12)   u = e·r                de (+)= r·(du − u·(u·du))
@@ -29,38 +30,38 @@ comptime FORM_RANKED = 1
 comptime POOL_FORWARD = Interface("e y starts lengths", "width", "")
 
 
-def pool_forward(s: Int, args: Args):
-    """e [S, H]; y [N, H]; each segment's first token and length, int32 [S]."""
+def pool_forward(task: Int, args: Args):
+    """e [S, H]; y [N, H]; each segment's first token and length, int32 [S]. Task s·H + c: column c of segment s."""
     var H = args.size(0)
-    var e = args.f32(0).unsafe_offset(s * H)
+    var s = task // H
+    var c = task % H
     var y = args.f32(1)
     var start = Int(args.i32(2).unsafe_load(s))
     var count = Int(args.i32(3).unsafe_load(s))
-    for c in range(H):
-        var total = Float32(0)
-        for t in range(start, start + count):
-            total += y.unsafe_load(t * H + c)
-        e.unsafe_store(c, total / Float32(count))
+    var total = Float32(0)
+    for t in range(start, start + count):
+        total += y.unsafe_load(t * H + c)
+    args.f32(0).unsafe_store(task, total / Float32(count))
 
 
 comptime POOL_BACKWARD = Interface("dy de token_segments lengths", "width accumulate", "")
 
 
-def pool_backward(t: Int, args: Args):
-    """dy [N, H]; de [S, H]; each token's segment int32 [N] (−1: none); segment lengths int32 [S]."""
+def pool_backward(task: Int, args: Args):
+    """dy [N, H]; de [S, H]; each token's segment int32 [N] (−1: none); segment lengths int32 [S].
+    Task t·H + c: column c of token t."""
     var H = args.size(0)
     var accumulate = args.flag(1)
-    var dy = args.f32(0).unsafe_offset(t * H)
-    var de = args.f32(1)
+    var t = task // H
+    var c = task % H
+    var dy = args.f32(0)
     var s = Int(args.i32(2).unsafe_load(t))
-    var lengths = args.i32(3)
-    for c in range(H):
-        var g = Float32(0)
-        if s >= 0:
-            g = de.unsafe_load(s * H + c) / Float32(Int(lengths.unsafe_load(s)))
-        if accumulate:
-            g = dy.unsafe_load(c) + g
-        dy.unsafe_store(c, g)
+    var g = Float32(0)
+    if s >= 0:
+        g = args.f32(1).unsafe_load(s * H + c) / Float32(Int(args.i32(3).unsafe_load(s)))
+    if accumulate:
+        g = dy.unsafe_load(task) + g
+    dy.unsafe_store(task, g)
 
 
 comptime L2_NORMALIZE_FORWARD = Interface("u inverse_norm e", "width stride", "")

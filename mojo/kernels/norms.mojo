@@ -7,13 +7,15 @@ Softmax over a row:
     y = e^(x−max)/Σe^(x−max)      dx = y·(dy − Σ dy·y)
 Cross-entropy of a row of logits z against target t (t < 0: ignored, loss 0, no gradient):
     loss = log Σ e^z − z_t        dz = (softmax(z) − onehot(t))·scale
-Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves.
+Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm is a row kernel
+(`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
+columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order.
 Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
 from engine.launch import Args, Interface
-from engine.reduction import canonical_reduce, row_max
+from engine.reduction import canonical_reduce, row_max, row_reduce, row_stride
 from engine import numerics
 
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
@@ -22,7 +24,7 @@ comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported
 comptime RMSNORM_FORWARD = Interface("y rstd x weight", "width", "eps")
 
 
-def rmsnorm_forward(r: Int, args: Args):
+def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
     var W = args.size(0)
     var y = args.f32(0).unsafe_offset(r * W)
     var rstd_out = args.f32(1)
@@ -34,17 +36,19 @@ def rmsnorm_forward(r: Int, args: Args):
         var v = x.unsafe_load(i)
         return v * v
 
-    var rstd = numerics.rsqrt(canonical_reduce(square, W) / Float32(W) + eps)
-    rstd_out.unsafe_store(r, rstd)
-    for i in range(W):
+    var rstd = numerics.rsqrt(row_reduce[warp](square, W, lane) / Float32(W) + eps)
+    if lane == 0:
+        rstd_out.unsafe_store(r, rstd)
+    for i in range(lane, W, row_stride[warp]()):
         y.unsafe_store(i, (x.unsafe_load(i) * rstd) * w.unsafe_load(i))
 
 
 comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width", "")
 
 
-def rmsnorm_backward(r: Int, args: Args):
-    """dweight_rows = dy·x·r per row, summed over rows by the column sums."""
+def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
+    """dweight_rows = dy·x·r per row, summed over rows by the column sums. dx may be dy (in place): each
+    column is read before it is written, by the thread that writes it."""
     var W = args.size(0)
     var dx = args.f32(0).unsafe_offset(r * W)
     var dw_rows = args.f32(1).unsafe_offset(r * W)
@@ -56,9 +60,9 @@ def rmsnorm_backward(r: Int, args: Args):
     def projection(i: Int) {imm dy, imm w, imm x} -> Float32:
         return (dy.unsafe_load(i) * w.unsafe_load(i)) * x.unsafe_load(i)
 
-    var mean_projection = canonical_reduce(projection, W) / Float32(W)
+    var mean_projection = row_reduce[warp](projection, W, lane) / Float32(W)
     var coefficient = (rstd * rstd) * mean_projection
-    for i in range(W):
+    for i in range(lane, W, row_stride[warp]()):
         var xi = x.unsafe_load(i)
         var gi = dy.unsafe_load(i)
         dx.unsafe_store(i, rstd * (gi * w.unsafe_load(i) - xi * coefficient))

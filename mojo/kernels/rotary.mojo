@@ -1,4 +1,4 @@
-"""Rotary positions (the half-split form), forward and backward, one body per (token, head).
+"""Rotary positions (the half-split form), forward and backward, one body per PAIRS_PER_TASK pairs of a head.
 
 For pair i in [0, D/2) of a head vector x at position t, with the tables
 cos[t, i] = cos(t·θ_i) and sin[t, i] = sin(t·θ_i), θ_i = base^(−2i/D) (built on
@@ -11,11 +11,17 @@ Positions have `axes` columns: 1 (a sequence), or 3 (time, row, column: images a
 three, the D/2 pairs are cut into sections, pair i reading the position on its section's axis:
 time the first ⌊D/8⌋ pairs, row the next ⌊(D/2 − ⌊D/8⌋)/2⌋, column the rest (M-RoPE's split). A
 token whose three positions are equal (text) rotates exactly as with one axis.
+
+A task rotates PAIRS_PER_TASK consecutive pairs of one (token, head), so that neighbouring GPU threads
+read neighbouring floats; each pair's arithmetic is the same whatever the task, hence so are the bits.
 """
 
 from engine.launch import Args, Interface
 
 comptime ROTARY = Interface("x positions cos sin", "heads head_dim axes", "direction")
+
+
+comptime PAIRS_PER_TASK = 4  # divides D/2 for every even head dimension the engine compiles (8 … 128)
 
 
 def rotary(task: Int, args: Args):
@@ -24,8 +30,10 @@ def rotary(task: Int, args: Args):
     var axes = args.size(2)
     var direction = args.scalar(0)
     var half = D // 2
-    var token = task // H
-    var x = args.f32(0).unsafe_offset(task * D)
+    var vector = task // (half // PAIRS_PER_TASK)  # the (token, head) whose pairs this task rotates
+    var first = task % (half // PAIRS_PER_TASK) * PAIRS_PER_TASK
+    var token = vector // H
+    var x = args.f32(0).unsafe_offset(vector * D)
     var positions = args.i32(1).unsafe_offset(token * axes)
     var cos = args.f32(2)
     var sin = args.f32(3)
@@ -35,7 +43,8 @@ def rotary(task: Int, args: Args):
     var time = Int(positions.unsafe_load(0))
     var row = Int(positions.unsafe_load(0 if axes == 1 else 1))
     var column = Int(positions.unsafe_load(0 if axes == 1 else 2))
-    for i in range(half):
+    comptime for p in range(PAIRS_PER_TASK):
+        var i = first + p
         var position = time if i < time_end else (row if i < row_end else column)
         var c = cos.unsafe_load(position * half + i)
         var s = sin.unsafe_load(position * half + i) * direction

@@ -25,6 +25,7 @@ ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
+ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
 
 
@@ -360,10 +361,13 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo)."""
     if axes not in (1, 3):
         raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
+    if head_dim % (2 * ROTARY_PAIRS_PER_TASK):
+        raise ValueError(f"rotary takes head dimensions that are multiples of {2 * ROTARY_PAIRS_PER_TASK} (whole tasks "
+                         f"of {ROTARY_PAIRS_PER_TASK} pairs), got {head_dim}")
     tokens = positions.size // axes
     _expect(x, "x", tokens * heads * head_dim)
     _expect(positions, "positions", tokens * axes, np.int32)
-    _launch("rotary", tokens * heads, x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim,
+    _launch("rotary", tokens * heads * (head_dim // 2 // ROTARY_PAIRS_PER_TASK), x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim,
             axes=axes, direction=-1.0 if inverse else 1.0)
 
 
@@ -454,7 +458,7 @@ def pool_forward(e: Buffer, y: Buffer, starts: Buffer, lengths: Buffer, width: i
     _expect(e, "e", segments * width)
     _expect(starts, "starts", segments, np.int32)
     _expect(lengths, "lengths", segments, np.int32)
-    _launch("pool_forward", segments, e=e, y=y, starts=starts, lengths=lengths, width=width)
+    _launch("pool_forward", segments * width, e=e, y=y, starts=starts, lengths=lengths, width=width)
 
 
 def pool_backward(dy: Buffer, de: Buffer, token_segments: Buffer, lengths: Buffer, width: int, *,
@@ -463,7 +467,7 @@ def pool_backward(dy: Buffer, de: Buffer, token_segments: Buffer, lengths: Buffe
     tokens = token_segments.size
     _expect(dy, "dy", tokens * width)
     _expect(token_segments, "token_segments", tokens, np.int32)
-    _launch("pool_backward", tokens, dy=dy, de=de, token_segments=token_segments, lengths=lengths, width=width,
+    _launch("pool_backward", tokens * width, dy=dy, de=de, token_segments=token_segments, lengths=lengths, width=width,
             accumulate=accumulate)
 
 
