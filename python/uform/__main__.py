@@ -186,6 +186,8 @@ def train_parser() -> Parser:
                        help="peak learning rate (warmup, then cosine)")
     model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
     model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    model.add_argument("--numerics", choices=("identical", "fast"), default="identical",
+                       help="identical: the same bits on every device; fast: bf16 tensor cores on a GPU (docs/numerics.md)")
     add_run_flags(parser, save_every=100, eval_every=100)
     return parser
 
@@ -210,7 +212,8 @@ def train(argv: list[str]) -> int:
             batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
                                    max_columns_per_row=columns, image=job.image, audio=job.audio),
             contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1),
-            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed)
+            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed,
+            numerics=args.numerics)
     except uform.UFormError as error:
         raise UsageError(error.message) from None
     start = trainer.completed_steps
