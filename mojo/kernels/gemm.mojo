@@ -366,10 +366,11 @@ comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slice
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
 
 
-def gpu_tiling(M: Int, N: Int, chunks: Int) -> Int:
-    """The GPU tiling for an M×N output in `chunks` k ranges: LARGE when the launch has at least
-    LARGE_TILE_MIN_BLOCKS blocks of 128×128, else SMALL. UFORM_GEMM_TILE = large, large-k16, small or
-    small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
+def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
+    """The GPU tiling for an M×N output in `chunks` k ranges: large tiles when the launch has at least
+    LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ, the fastest there on the encoder's shapes;
+    LARGE, whose slices are half as deep, for the others), else SMALL. UFORM_GEMM_TILE = large, large-k16,
+    small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -379,7 +380,9 @@ def gpu_tiling(M: Int, N: Int, chunks: Int) -> Int:
         return SMALL
     if forced == "small-8x8":
         return SMALL_8X8
-    return LARGE if large_tiles(M, N) * chunks >= LARGE_TILE_MIN_BLOCKS else SMALL
+    if large_tiles(M, N) * chunks < LARGE_TILE_MIN_BLOCKS:
+        return SMALL
+    return LARGE_K16 if transpose_b else LARGE
 
 
 def launch_gemm[
@@ -416,7 +419,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
-            var tiling = gpu_tiling(M, N, chunks)
+            var tiling = gpu_tiling[transpose_b](M, N, chunks)
             if tiling == LARGE:
                 launch_gemm[transpose_a, transpose_b, 128, 8, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == LARGE_K16:

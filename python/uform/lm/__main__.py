@@ -87,6 +87,8 @@ def parser() -> Parser:
     parser.add_argument("--learning-rate", type=positive_float, default=3e-3, metavar="LR", help="AdamW's rate")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, batch order, sampling")
     parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    parser.add_argument("--numerics", choices=("identical", "fast"), default="identical",
+                        help="identical: the same bits on every device; fast: bf16 tensor cores on a GPU (docs/numerics.md)")
     parser.add_argument("--prompt", default="def ", help="the text the sample continues (default: %(default)r)")
     parser.add_argument("--sample-bytes", type=non_negative_int, default=120, metavar="N", help="bytes sampled")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8,
@@ -133,7 +135,7 @@ def train(argv: list[str]) -> int:
         else:
             trainer = LanguageModelTrainer(initial_parameters(DEMO_SHAPE, args.seed), lr=args.learning_rate,
                                            data_schedule=batches.data_schedule(), shape=DEMO_SHAPE,
-                                           executor=executor)
+                                           executor=executor, numerics=args.numerics)
     except UFormError as error:
         raise UsageError(f"--resume: {error.message}" if resuming else error.message) from None
     if resuming and trainer.data_schedule["corpus_sha256"] != batches.data_schedule()["corpus_sha256"]:
