@@ -12,10 +12,11 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import Args, Interface, TeamBody, args_from_python, device_of, launch_index, launch_teams
+from engine.launch import (Args, GpuTeamBody, Interface, TeamBody, args_from_python, device_of, launch_gpu_teams,
+                           launch_index, launch_teams)
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, choices, contrastive, embedding, gemm, late_interaction, norms, pointwise,
-                     rotary, rows)
+from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, late_interaction, norms,
+                     pointwise, rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -80,6 +81,10 @@ def engine_facts() raises -> PythonObject:
         head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
     facts["attention_head_dims"] = head_dims
     facts["attention_tile"] = PythonObject(attention.TILE)
+    var fast_head_dims = Python.list()
+    comptime for i in range(len(attention_fast.HEAD_DIMS)):
+        fast_head_dims.append(PythonObject(attention_fast.HEAD_DIMS[i]))
+    facts["attention_fast_head_dims"] = fast_head_dims
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
@@ -118,6 +123,22 @@ def attention_kernel[body: TeamBody](
             launch_teams[D, attention.TEAM, attention.SCRATCH, body](device_of(device), Int(py=n), args)
             return PythonObject(None)
     raise Error("attention: head_dim ", head_dim, " is not compiled")
+
+
+def fast_attention_kernel[body: GpuTeamBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension."""
+    var args = args_from_python(addresses, sizes, scalars)
+    var head_dim = attention.Attention(args).head_dim
+    comptime for i in range(len(attention_fast.HEAD_DIMS)):
+        comptime D = attention_fast.HEAD_DIMS[i]
+        if head_dim == D:
+            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.BLOCKS_PER_SM, body](
+                device_of(device), Int(py=n), args
+            )
+            return PythonObject(None)
+    raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
 def gemm_product(
@@ -167,6 +188,12 @@ def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, 
     interfaces[name] = interface_of(attention.ATTENTION)
 
 
+def fast_teams[body: GpuTeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
+    """Register a fast-mode attention kernel under `name` (the ATTENTION interface; GPU only)."""
+    m.def_function[fast_attention_kernel[body]](name)
+    interfaces[name] = interface_of(attention.ATTENTION)
+
+
 @export
 def PyInit__engine() abi("C") -> PythonObject:
     try:
@@ -204,6 +231,9 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        fast_teams[attention_fast.attention_forward_fast](m, k, "attention_forward_fast")
+        fast_teams[attention_fast.attention_backward_dkdv_fast](m, k, "attention_backward_dkdv_fast")
+        fast_teams[attention_fast.attention_backward_dq_fast](m, k, "attention_backward_dq_fast")
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
