@@ -85,6 +85,7 @@ def engine_facts() raises -> PythonObject:
     comptime for i in range(len(attention_fast.HEAD_DIMS)):
         fast_head_dims.append(PythonObject(attention_fast.HEAD_DIMS[i]))
     facts["attention_fast_head_dims"] = fast_head_dims
+    facts["attention_fast_tile"] = PythonObject(attention_fast.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
@@ -125,16 +126,17 @@ def attention_kernel[body: TeamBody](
     raise Error("attention: head_dim ", head_dim, " is not compiled")
 
 
-def fast_attention_kernel[body: GpuTeamBody](
+def fast_attention_kernel[body: GpuTeamBody, registers: Int](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
-    """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension."""
+    """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension,
+    compiled to keep a thread within `registers` (attention_fast.blocks_per_sm)."""
     var args = args_from_python(addresses, sizes, scalars)
     var head_dim = attention.Attention(args).head_dim
     comptime for i in range(len(attention_fast.HEAD_DIMS)):
         comptime D = attention_fast.HEAD_DIMS[i]
         if head_dim == D:
-            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.BLOCKS_PER_SM, body](
+            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](
                 device_of(device), Int(py=n), args
             )
             return PythonObject(None)
@@ -188,9 +190,11 @@ def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, 
     interfaces[name] = interface_of(attention.ATTENTION)
 
 
-def fast_teams[body: GpuTeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
+def fast_teams[body: GpuTeamBody, registers: Int](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
+) raises:
     """Register a fast-mode attention kernel under `name` (the ATTENTION interface; GPU only)."""
-    m.def_function[fast_attention_kernel[body]](name)
+    m.def_function[fast_attention_kernel[body, registers]](name)
     interfaces[name] = interface_of(attention.ATTENTION)
 
 
@@ -231,9 +235,15 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
-        fast_teams[attention_fast.attention_forward_fast](m, k, "attention_forward_fast")
-        fast_teams[attention_fast.attention_backward_dkdv_fast](m, k, "attention_backward_dkdv_fast")
-        fast_teams[attention_fast.attention_backward_dq_fast](m, k, "attention_backward_dq_fast")
+        fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
+            m, k, "attention_forward_fast"
+        )
+        fast_teams[attention_fast.attention_backward_dkdv_fast, attention_fast.DKDV_REGISTERS](
+            m, k, "attention_backward_dkdv_fast"
+        )
+        fast_teams[attention_fast.attention_backward_dq_fast, attention_fast.DQ_REGISTERS](
+            m, k, "attention_backward_dq_fast"
+        )
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)

@@ -15,18 +15,19 @@ softmax runs in fp32 in base 2 with the hardware exp2: s·scale·log2(e), a runn
 (FA2's online softmax over blocks of 64 keys), o = o/l, and L = (m + log2 l)·ln 2 in natural log, as the
 identical kernels write it (o = 0 and L = 0 for a query that sees no key); the backward recomputes
 p = exp2(s·scale·log2(e) − L·log2(e)). δ is the identical kernel's fp32 chain (attention_backward_delta). So
-results differ from the identical mode's by bf16 rounding (relative error of order 2⁻⁸ per operand).
+results differ from the identical mode's by bf16 rounding (relative error at most 2⁻⁹ per operand).
 
 Determinism. No atomics: dk and dv are summed by the task that owns a tile of keys, over the heads of its group
 ascending, then the blocks of queries ascending; dq by the task that owns a tile of queries, over the blocks of
 keys ascending. Each fp32 accumulator takes its mma results in that fixed order, so two runs on the same GPU
 model give the same bits. The CPU has no fast kernels: there the wrappers run the identical ones.
 
-Work. A task is a tile of 64 tokens (queries: forward and dq; keys: dk and dv) × one head (one kv head for dk and
-dv), computed by a block of 4 warps, each warp owning a strip of 16 rows of the tile. The block walks the tokens
-of the other side that any row of its tile pairs with, in blocks of 64 from the lowest, stages each block into
-shared memory, and each warp computes only the blocks its own rows reach: in a row of packed segments a tile
-touches only its segments' blocks. Inside a block, pairs outside the mask get p = 0 (forward: s = −∞).
+Work. A task is a tile of 128 tokens (queries: forward and dq; keys: dk and dv) × one head (one kv head for dk
+and dv), computed by a block of 8 warps, each warp owning a strip of 16 rows of the tile (held as mma operands in
+registers). The block walks the tokens of the other side that any row of its tile pairs with, in blocks of 64
+from the lowest, stages each block into shared memory, and each warp computes only the blocks its own rows reach:
+in a row of packed segments a tile touches only its segments' blocks. Inside a block, pairs outside the mask get
+p = 0 (forward: s = −∞). (Measured on the H200 at the encoder's shape: 8 warps a block beat 4, 1.4× forward.)
 
 Fragments follow PTX's m16n8k16 layout: lane = 4g + c holds rows g and g + 8 of a 16 × 8 accumulator at columns
 2c and 2c + 1; an accumulator of 16 × 64 scores is eight such tiles, and two neighbouring tiles are exactly the
@@ -47,17 +48,22 @@ from engine.launch import Args
 from engine import numerics
 from kernels.attention import Attention
 
-comptime NEG_INF = -numerics.INF
-
 comptime HEAD_DIMS = (16, 32, 64, 128)  # head dimensions with fast kernels (exported to Python)
-comptime TILE = 64  # tokens of a task's tile, and of a block of the other side
-comptime WARPS = 4  # warps of a block, each a strip of 16 rows of the tile
-comptime TEAM = 32 * WARPS  # threads of a block
-comptime BLOCKS_PER_SM = 2  # the register budget: blocks meant to share a multiprocessor
+comptime WARPS = 8  # warps of a block, each a strip of 16 rows of the tile
 comptime STRIP = 16  # rows of a warp's strip
-comptime COLUMN_TILES = TILE // 8  # 8-column accumulator tiles across a block of 64 tokens
+comptime TILE = STRIP * WARPS  # tokens of a task's tile (exported to Python)
+comptime BLOCK = 64  # tokens of a block of the other side, staged at once
+comptime TEAM = 32 * WARPS  # threads of a block
+comptime COLUMN_TILES = BLOCK // 8  # 8-column accumulator tiles across a block
+# Registers a thread may take, for D ≤ 64 (D = 128 takes all 255): they set how many blocks share a multiprocessor
+# (blocks_per_sm). Forward and dq: 128, two blocks. dk/dv holds two more strips of outputs: 168 leaves room for one
+# block only, so the compiler may take 255 (it did: measured on the H200, 2026-11-29).
+comptime FORWARD_REGISTERS = 128
+comptime DKDV_REGISTERS = 168
+comptime DQ_REGISTERS = 128
 comptime LOG2E = Float32(1.4426950408889634)
 comptime LN2 = Float32(0.6931471805599453)
+comptime NEG_INF = -numerics.INF
 
 comptime Accumulator = SIMD[DType.float32, 4]  # a lane's share of a 16 × 8 fp32 tile: (g, 2c), (g, 2c+1),
 # (g+8, 2c), (g+8, 2c+1)
@@ -78,7 +84,14 @@ def line_of[D: Int]() -> Int:
 
 @always_inline
 def new_panel[D: Int]() -> Panel:
-    return stack_allocation[TILE * line_of[D](), BFloat16, alignment=16, address_space=AddressSpace.SHARED]()
+    """A block's 64 lines in shared memory."""
+    return stack_allocation[BLOCK * line_of[D](), BFloat16, alignment=16, address_space=AddressSpace.SHARED]()
+
+
+def blocks_per_sm[D: Int](registers: Int) -> Int:
+    """Blocks meant to share a multiprocessor (the launch's hint to the compiler), so that a thread keeps within
+    `registers` (for D ≤ 64; 255 for D = 128)."""
+    return max(1, 65536 // (TEAM * (registers if D <= 64 else 255)))
 
 
 struct Lane(ImplicitlyCopyable, Movable):
@@ -106,7 +119,7 @@ def stage[D: Int](panel: Panel, source: F32Ptr, stride: Int, offset: Int, first:
     """panel line t = bf16 of source[(first + t)·stride + offset …] (D dims) for the 64 tokens from first; tokens at
     or past `tokens` stage as 0. The block's threads convert 4 consecutive dims each, a line after another."""
     comptime QUADS = D // 4
-    comptime for step in range(TILE * QUADS // TEAM):
+    comptime for step in range(BLOCK * QUADS // TEAM):
         var item = tid + TEAM * step
         var t = item // QUADS
         var quad = item % QUADS
@@ -117,12 +130,21 @@ def stage[D: Int](panel: Panel, source: F32Ptr, stride: Int, offset: Int, first:
 
 
 @always_inline
-def strip_operands[D: Int](panel: Panel, at: Lane) -> Strip[D]:
-    """The lane's A operands of its warp's 16 lines of a panel (rows: tokens, columns: dims)."""
+def tile_strip[D: Int](
+    first: Panel, second: Panel, source: F32Ptr, stride: Int, offset: Int, start: Int, tokens: Int, at: Lane
+) -> Strip[D]:
+    """The lane's A operands of its warp's strip of the tile's rows from source (rows: tokens, columns: dims),
+    staged through the two block panels (lines 0–63 of the tile in `first`, 64–127 in `second`), which are free
+    again on return."""
+    comptime for half in range(TILE // BLOCK):
+        stage[D](first if half == 0 else second, source, stride, offset, start + BLOCK * half, tokens, at.tid)
+    barrier()
+    var panel = first if STRIP * at.warp < BLOCK else second
     var strip = Strip[D](fill=Operand(0))
-    var line = STRIP * at.warp + at.lane % 8 + 8 * ((at.lane // 8) % 2)
+    var line = (STRIP * at.warp) % BLOCK + at.lane % 8 + 8 * ((at.lane // 8) % 2)
     comptime for k in range(D // 16):
         strip[k] = ld_matrix[8](panel.unsafe_offset(line * line_of[D]() + 16 * k + 8 * (at.lane // 16)))
+    barrier()
     return strip^
 
 
@@ -157,7 +179,7 @@ def scores[D: Int](strip: Strip[D], panel: Panel, at: Lane) -> Scores:
 @always_inline
 def accumulate[D: Int](mut acc: Outputs[D], weights: Scores, panel: Panel, at: Lane):
     """acc += weights (16 × 64, rounded to bf16) · the panel's 64 tokens (D dims), tokens ascending by 16."""
-    comptime for k in range(TILE // 16):
+    comptime for k in range(BLOCK // 16):
         var a = weights[2 * k].join(weights[2 * k + 1]).cast[DType.bfloat16]()
         comptime for n in range(0, D // 8, 2):
             var b = dim_operands[D](panel, k, n, at)
@@ -222,8 +244,8 @@ def inside(low: Row2, high: Row2, r: Int, token: Int) -> Bool:
 
 @always_inline
 def overlaps(span: Tuple[Int, Int], base: Int) -> Bool:
-    """Whether [span) meets the block [base, base + TILE)."""
-    return max(span[0], base) < min(span[1], base + TILE)
+    """Whether [span) meets the block [base, base + BLOCK)."""
+    return max(span[0], base) < min(span[1], base + BLOCK)
 
 
 @always_inline
@@ -253,10 +275,7 @@ def attention_forward_fast[D: Int](task: Int, args: Args):
     var kv_stride = at.kv_heads * D
     var keys = new_panel[D]()
     var values = new_panel[D]()
-    stage[D](keys, at.q, q_stride, head * D, start, at.tokens, me.tid)
-    barrier()
-    var q = strip_operands[D](keys, me)
-    barrier()
+    var q = tile_strip[D](keys, values, at.q, q_stride, head * D, start, at.tokens, me)
     var row = start + STRIP * me.warp + me.g
     var lane_keys = lane_reach[True](at, row)
     var warp_keys = reach[True](at, start + STRIP * me.warp, STRIP)
@@ -297,7 +316,7 @@ def attention_forward_fast[D: Int](task: Int, args: Args):
                     o[n][2 * r + 1] *= rescale
             accumulate[D](o, s, values, me)
         barrier()
-        base += TILE
+        base += BLOCK
     var factor = SIMD[DType.float32, 2](0)
     comptime for r in range(2):
         l[r] = quad_sum(l[r])
@@ -332,14 +351,10 @@ def attention_backward_dkdv_fast[D: Int](task: Int, args: Args):
     var kv_stride = at.kv_heads * D
     var queries = new_panel[D]()
     var gradients = new_panel[D]()  # dO of the block's queries
-    var block_lse2 = stack_allocation[TILE, Float32, address_space=AddressSpace.SHARED]()
-    var block_delta = stack_allocation[TILE, Float32, address_space=AddressSpace.SHARED]()
-    stage[D](queries, at.k, kv_stride, kv * D, start, at.tokens, me.tid)
-    stage[D](gradients, at.v, kv_stride, kv * D, start, at.tokens, me.tid)
-    barrier()
-    var k = strip_operands[D](queries, me)
-    var v = strip_operands[D](gradients, me)
-    barrier()
+    var block_lse2 = stack_allocation[BLOCK, Float32, address_space=AddressSpace.SHARED]()
+    var block_delta = stack_allocation[BLOCK, Float32, address_space=AddressSpace.SHARED]()
+    var k = tile_strip[D](queries, gradients, at.k, kv_stride, kv * D, start, at.tokens, me)
+    var v = tile_strip[D](queries, gradients, at.v, kv_stride, kv * D, start, at.tokens, me)
     var row = start + STRIP * me.warp + me.g
     var lane_queries = lane_reach[False](at, row)
     var warp_queries = reach[False](at, start + STRIP * me.warp, STRIP)
@@ -353,7 +368,7 @@ def attention_backward_dkdv_fast[D: Int](task: Int, args: Args):
         while base < tile_queries[1]:
             stage[D](queries, at.q, q_stride, head * D, base, at.tokens, me.tid)
             stage[D](gradients, at.d_out, q_stride, head * D, base, at.tokens, me.tid)
-            if me.tid < TILE:
+            if me.tid < BLOCK:
                 var i = base + me.tid
                 var lse2 = Float32(0)
                 var delta = Float32(0)
@@ -380,7 +395,7 @@ def attention_backward_dkdv_fast[D: Int](task: Int, args: Args):
                 accumulate[D](dv, s, gradients, me)
                 accumulate[D](dk, dp, queries, me)
             barrier()
-            base += TILE
+            base += BLOCK
     store_strip[D](dv, SIMD[DType.float32, 2](1), at.dv, kv_stride, kv * D, row, at.tokens, me)
     store_strip[D](dk, SIMD[DType.float32, 2](at.scale), at.dk, kv_stride, kv * D, row, at.tokens, me)
 
@@ -396,12 +411,8 @@ def attention_backward_dq_fast[D: Int](task: Int, args: Args):
     var kv_stride = at.kv_heads * D
     var keys = new_panel[D]()
     var values = new_panel[D]()
-    stage[D](keys, at.q, q_stride, head * D, start, at.tokens, me.tid)
-    stage[D](values, at.d_out, q_stride, head * D, start, at.tokens, me.tid)
-    barrier()
-    var q = strip_operands[D](keys, me)
-    var d_out = strip_operands[D](values, me)
-    barrier()
+    var q = tile_strip[D](keys, values, at.q, q_stride, head * D, start, at.tokens, me)
+    var d_out = tile_strip[D](keys, values, at.d_out, q_stride, head * D, start, at.tokens, me)
     var row = start + STRIP * me.warp + me.g
     var lane_keys = lane_reach[True](at, row)
     var warp_keys = reach[True](at, start + STRIP * me.warp, STRIP)
@@ -432,5 +443,5 @@ def attention_backward_dq_fast[D: Int](task: Int, args: Args):
                         dp[n][2 * r + e] = ds
             accumulate[D](dq, dp, keys, me)
         barrier()
-        base += TILE
+        base += BLOCK
     store_strip[D](dq, SIMD[DType.float32, 2](at.scale), at.dq, q_stride, head * D, row, at.tokens, me)

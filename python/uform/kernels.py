@@ -24,6 +24,7 @@ COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
 ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims with fast-mode (bf16) kernels
+ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode attention task
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -298,13 +299,12 @@ def _attention_geometry(tokens: int, heads: int, kv_heads: int, head_dim: int, c
                 scale=head_dim ** -0.5)
 
 
-def _attention_tiles(tokens: int) -> int:
-    return -(-tokens // ATTENTION_TILE)
-
-
-def _attention_suffix(fast: bool, device, head_dim: int) -> str:
-    """"_fast" for the fast-mode kernels: asked for, on a GPU, for a head dim they support; else "" (identical)."""
-    return "_fast" if fast and device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS else ""
+def _attention_kernels(fast: bool, device, head_dim: int) -> tuple[str, int]:
+    """The suffix of the kernels to run and their tile: "_fast" for the fast-mode kernels (asked for, on a GPU, for
+    a head dim they support), else "" for the identical ones."""
+    if fast and device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS:
+        return "_fast", ATTENTION_FAST_TILE
+    return "", ATTENTION_TILE
 
 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
@@ -320,8 +320,9 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     _expect(o, "o", q.size)
     _expect_aligned(v, o)
     _expect(lse, "lse", tokens * heads)
-    _launch("attention_forward" + _attention_suffix(fast, q.device, head_dim), _attention_tiles(tokens) * heads,
-            o=o, lse=lse, q=q, k=k, v=v, spans=spans, **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    suffix, tile = _attention_kernels(fast, q.device, head_dim)
+    _launch("attention_forward" + suffix, -(-tokens // tile) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
+            **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
@@ -342,9 +343,9 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     # The three kernels share one interface: each reads its inputs and writes its own output.
     operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, delta=delta, dq=dq, dk=dk, dv=dv,
                     **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
-    tiles = _attention_tiles(tokens)
+    suffix, tile = _attention_kernels(fast, q.device, head_dim)
+    tiles = -(-tokens // tile)
     _launch("attention_backward_delta", tokens * heads, **operands)
-    suffix = _attention_suffix(fast, q.device, head_dim)
     _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, **operands)
     _launch("attention_backward_dq" + suffix, tiles * heads, **operands)
 
