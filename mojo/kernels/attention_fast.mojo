@@ -131,58 +131,58 @@ def stage[D: Int](panel: Panel, source: F32Ptr, stride: Int, offset: Int, first:
 
 @always_inline
 def tile_strip[D: Int](
-    first: Panel, second: Panel, source: F32Ptr, stride: Int, offset: Int, start: Int, tokens: Int, at: Lane
+    first: Panel, second: Panel, source: F32Ptr, stride: Int, offset: Int, start: Int, tokens: Int, me: Lane
 ) -> Strip[D]:
     """The lane's A operands of its warp's strip of the tile's rows from source (rows: tokens, columns: dims),
     staged through the two block panels (lines 0–63 of the tile in `first`, 64–127 in `second`), which are free
     again on return."""
     comptime for half in range(TILE // BLOCK):
-        stage[D](first if half == 0 else second, source, stride, offset, start + BLOCK * half, tokens, at.tid)
+        stage[D](first if half == 0 else second, source, stride, offset, start + BLOCK * half, tokens, me.tid)
     barrier()
-    var panel = first if STRIP * at.warp < BLOCK else second
+    var panel = first if STRIP * me.warp < BLOCK else second
     var strip = Strip[D](fill=Operand(0))
-    var line = (STRIP * at.warp) % BLOCK + at.lane % 8 + 8 * ((at.lane // 8) % 2)
+    var line = (STRIP * me.warp) % BLOCK + me.lane % 8 + 8 * ((me.lane // 8) % 2)
     comptime for k in range(D // 16):
-        strip[k] = ld_matrix[8](panel.unsafe_offset(line * line_of[D]() + 16 * k + 8 * (at.lane // 16)))
+        strip[k] = ld_matrix[8](panel.unsafe_offset(line * line_of[D]() + 16 * k + 8 * (me.lane // 16)))
     barrier()
     return strip^
 
 
 @always_inline
-def token_operands[D: Int](panel: Panel, n: Int, k: Int, at: Lane) -> Operand:
+def token_operands[D: Int](panel: Panel, n: Int, k: Int, me: Lane) -> Operand:
     """B operands of the panel's tokens 8n … 8n + 15 (columns of two 8-column tiles) over dims 16k … 16k + 15:
     the first four values for tokens 8n …, the last four for tokens 8n + 8 …."""
-    var line = 8 * n + at.lane % 8 + 8 * (at.lane // 16)
-    return ld_matrix[8](panel.unsafe_offset(line * line_of[D]() + 16 * k + 8 * ((at.lane // 8) % 2)))
+    var line = 8 * n + me.lane % 8 + 8 * (me.lane // 16)
+    return ld_matrix[8](panel.unsafe_offset(line * line_of[D]() + 16 * k + 8 * ((me.lane // 8) % 2)))
 
 
 @always_inline
-def dim_operands[D: Int](panel: Panel, k: Int, n: Int, at: Lane) -> Operand:
+def dim_operands[D: Int](panel: Panel, k: Int, n: Int, me: Lane) -> Operand:
     """B operands of the panel's tokens 16k … 16k + 15 as the contraction index and dims 8n … 8n + 15 as columns
     (transposed): the first four values for dims 8n …, the last four for dims 8n + 8 …."""
-    var line = 16 * k + at.lane % 16
-    return ld_matrix[8, transpose=True](panel.unsafe_offset(line * line_of[D]() + 8 * n + 8 * (at.lane // 16)))
+    var line = 16 * k + me.lane % 16
+    return ld_matrix[8, transpose=True](panel.unsafe_offset(line * line_of[D]() + 8 * n + 8 * (me.lane // 16)))
 
 
 @always_inline
-def scores[D: Int](strip: Strip[D], panel: Panel, at: Lane) -> Scores:
+def scores[D: Int](strip: Strip[D], panel: Panel, me: Lane) -> Scores:
     """The strip's rows · the panel's 64 tokens over D dims: 16 × 64 fp32 (zero-started mma over dims ascending)."""
     var s = Scores(fill=Accumulator(0))
     comptime for n in range(0, COLUMN_TILES, 2):
         comptime for k in range(D // 16):
-            var b = token_operands[D](panel, n, k, at)
+            var b = token_operands[D](panel, n, k, me)
             mma(s[n], strip[k], b.slice[4, offset=0](), s[n])
             mma(s[n + 1], strip[k], b.slice[4, offset=4](), s[n + 1])
     return s^
 
 
 @always_inline
-def accumulate[D: Int](mut acc: Outputs[D], weights: Scores, panel: Panel, at: Lane):
+def accumulate[D: Int](mut acc: Outputs[D], weights: Scores, panel: Panel, me: Lane):
     """acc += weights (16 × 64, rounded to bf16) · the panel's 64 tokens (D dims), tokens ascending by 16."""
     comptime for k in range(BLOCK // 16):
         var a = weights[2 * k].join(weights[2 * k + 1]).cast[DType.bfloat16]()
         comptime for n in range(0, D // 8, 2):
-            var b = dim_operands[D](panel, k, n, at)
+            var b = dim_operands[D](panel, k, n, me)
             mma(acc[n], a, b.slice[4, offset=0](), acc[n])
             mma(acc[n + 1], a, b.slice[4, offset=4](), acc[n + 1])
 
@@ -190,7 +190,7 @@ def accumulate[D: Int](mut acc: Outputs[D], weights: Scores, panel: Panel, at: L
 @always_inline
 def store_strip[D: Int](
     acc: Outputs[D], factor: SIMD[DType.float32, 2], destination: F32Ptr, stride: Int, offset: Int, row: Int,
-    tokens: Int, at: Lane,
+    tokens: Int, me: Lane,
 ):
     """Rows `row` (the lane's g) and row + 8 of a strip's outputs, times factor[0] and factor[1], to
     destination[token·stride + offset + d] (rows at or past `tokens` are not written)."""
@@ -199,7 +199,7 @@ def store_strip[D: Int](
         if token < tokens:
             comptime for n in range(D // 8):
                 var pair = SIMD[DType.float32, 2](acc[n][2 * r], acc[n][2 * r + 1]) * factor[r]
-                destination.unsafe_store[width=2, alignment=8](token * stride + offset + 8 * n + 2 * at.c, pair)
+                destination.unsafe_store[width=2, alignment=8](token * stride + offset + 8 * n + 2 * me.c, pair)
 
 
 # ---- masks ----------------------------------------------------------------------------------------------------
@@ -232,9 +232,9 @@ def lane_reach[keys: Bool](at: Attention, row: Int) -> Tuple[Row2, Row2]:
 
 
 @always_inline
-def column_of(base: Int, n: Int, e: Int, at: Lane) -> Int:
+def column_of(base: Int, n: Int, e: Int, me: Lane) -> Int:
     """The token of column 2c + e of accumulator tile n in the block from base."""
-    return base + 8 * n + 2 * at.c + e
+    return base + 8 * n + 2 * me.c + e
 
 
 @always_inline
