@@ -1,8 +1,9 @@
 """Attention kernels alone, at the text encoder benchmark's shape: the spans of its packing (64 rows × 1024
 positions, 256 items of 64–512 bytes), 12 heads of 64, random q, k, v and dO. Times uform's forward and
-backward, and PyTorch's fp32 SDPA (TF32 off) with the segment mask on the same data as the peer, in the
-same run; with a GPU, also checks that the GPU's outputs have the CPU's bits on the first rows.
-Figure: bench/RESULTS.md."""
+backward in identical mode and in fast mode (bf16 tensor cores, GPU only), and as peers in the same run on the
+same data PyTorch's SDPA with the segment mask in fp32 (TF32 off) and in bf16, and bf16 SDPA over whole rows
+(no mask: the flash kernel, every 1024² pair) beside uform's fast mode over whole rows; with a GPU, also checks
+that the GPU's identical outputs have the CPU's bits on the first rows. Figure: bench/RESULTS.md."""
 
 import numpy as np
 
@@ -22,12 +23,12 @@ def inputs(tokens: int, seed: int = 3):
     return [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]  # q, k, v, dO
 
 
-def run(device: uform.Device, q, k, v, d_out, spans):
-    """The buffers of one forward and backward on device, and the two calls."""
+def run(device: uform.Device, q, k, v, d_out, spans, fast: bool = False):
+    """The buffers of one forward and backward on device (fast: the fast-mode kernels), and the two calls."""
     b = dict(q=device.put(q), k=device.put(k), v=device.put(v), d_out=device.put(d_out), spans=device.put(spans),
              o=device.empty(q.shape), lse=device.empty((q.shape[0], HEADS)), dq=device.empty(q.shape),
              dk=device.empty(k.shape), dv=device.empty(v.shape), delta=device.empty((q.shape[0], HEADS)))
-    geometry = dict(heads=HEADS, kv_heads=HEADS, head_dim=HEAD_DIM, causal=False, spans=b["spans"])
+    geometry = dict(heads=HEADS, kv_heads=HEADS, head_dim=HEAD_DIM, causal=False, spans=b["spans"], fast=fast)
 
     def forward():
         K.attention_forward(b["o"], b["lse"], b["q"], b["k"], b["v"], **geometry)
@@ -54,6 +55,11 @@ def main():
            "forward_seconds": round(median_seconds(forward, device.synchronize), 5),
            "backward_seconds": round(median_seconds(backward, device.synchronize), 5)}
     if uform.gpu_count():
+        whole_rows = K.attention_spans(tokens, g["columns"])
+        for label, fast_spans in (("fast", spans), ("fast_whole_rows", whole_rows)):
+            _, fast_forward, fast_backward = run(device, q, k, v, d_out, fast_spans, fast=True)
+            row[f"{label}_forward_seconds"] = round(median_seconds(fast_forward, device.synchronize), 5)
+            row[f"{label}_backward_seconds"] = round(median_seconds(fast_backward, device.synchronize), 5)
         n = CHECK_ROWS * g["columns"]
         parts = [x[:n] for x in (q, k, v, d_out)] + [spans[:n]]
         outputs = []
@@ -69,28 +75,36 @@ def main():
 
 
 def torch_peer(q, k, v, d_out, segments, columns) -> dict:
+    """PyTorch SDPA's forward and backward seconds: fp32 (TF32 off) and bf16 with the segment mask, and bf16
+    over whole rows without a mask."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rows = q.shape[0] // columns
-    shape = lambda x: torch.tensor(x, device="cuda").view(rows, columns, HEADS, HEAD_DIM).transpose(1, 2)  # noqa: E731
-    tq, tk, tv = (shape(x).requires_grad_() for x in (q, k, v))
-    tdo = shape(d_out)
     s = torch.tensor(segments, device="cuda").view(rows, columns)
     mask = ((s[:, :, None] == s[:, None, :]) & (s[:, :, None] >= 0))[:, None]
     mask = mask | torch.eye(columns, dtype=torch.bool, device="cuda")  # padding sees itself: no empty row
+    figures = {}
+    for label, dtype, attn_mask in (("torch", torch.float32, mask), ("torch_bf16", torch.bfloat16, mask),
+                                    ("torch_bf16_whole_rows", torch.bfloat16, None)):
+        def shape(x):
+            return torch.tensor(x, device="cuda").view(rows, columns, HEADS, HEAD_DIM).transpose(1, 2).to(dtype)
 
-    def forward():
-        return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask)
+        tq, tk, tv = (shape(x).requires_grad_() for x in (q, k, v))
+        tdo = shape(d_out)
 
-    out = forward()
+        def forward():
+            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=attn_mask)
 
-    def backward():
-        torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+        out = forward()
 
-    return {"torch_forward_seconds": round(median_seconds(forward, torch.cuda.synchronize), 5),
-            "torch_backward_seconds": round(median_seconds(backward, torch.cuda.synchronize), 5)}
+        def backward():
+            torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+        figures[f"{label}_forward_seconds"] = round(median_seconds(forward, torch.cuda.synchronize), 5)
+        figures[f"{label}_backward_seconds"] = round(median_seconds(backward, torch.cuda.synchronize), 5)
+    return figures
 
 
 if __name__ == "__main__":

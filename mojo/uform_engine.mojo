@@ -12,11 +12,11 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import (Args, Interface, RowBody, TeamBody, args_from_python, device_of, launch_index, launch_rows,
-                           launch_teams)
+from engine.launch import (Args, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
+                           launch_gpu_teams, launch_index, launch_rows, launch_teams)
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, choices, contrastive, embedding, gemm, gemm_fast, late_interaction, norms,
-                     pointwise, rotary, rows)
+from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_fast,
+                     late_interaction, norms, pointwise, rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -81,6 +81,11 @@ def engine_facts() raises -> PythonObject:
         head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
     facts["attention_head_dims"] = head_dims
     facts["attention_tile"] = PythonObject(attention.TILE)
+    var fast_head_dims = Python.list()
+    comptime for i in range(len(attention_fast.HEAD_DIMS)):
+        fast_head_dims.append(PythonObject(attention_fast.HEAD_DIMS[i]))
+    facts["attention_fast_head_dims"] = fast_head_dims
+    facts["attention_fast_tile"] = PythonObject(attention_fast.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
@@ -120,6 +125,23 @@ def attention_kernel[body: TeamBody](
             launch_teams[D, attention.TEAM, attention.SCRATCH, body](device_of(device), Int(py=n), args)
             return PythonObject(None)
     raise Error("attention: head_dim ", head_dim, " is not compiled")
+
+
+def fast_attention_kernel[body: GpuTeamBody, registers: Int](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension,
+    compiled to keep a thread within `registers` (attention_fast.blocks_per_sm)."""
+    var args = args_from_python(addresses, sizes, scalars)
+    var head_dim = attention.Attention(args).head_dim
+    comptime for i in range(len(attention_fast.HEAD_DIMS)):
+        comptime D = attention_fast.HEAD_DIMS[i]
+        if head_dim == D:
+            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](
+                device_of(device), Int(py=n), args
+            )
+            return PythonObject(None)
+    raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
 def gemm_product(
@@ -221,6 +243,14 @@ def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, 
     interfaces[name] = interface_of(attention.ATTENTION)
 
 
+def fast_teams[body: GpuTeamBody, registers: Int](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
+) raises:
+    """Register a fast-mode attention kernel under `name` (the ATTENTION interface; GPU only)."""
+    m.def_function[fast_attention_kernel[body, registers]](name)
+    interfaces[name] = interface_of(attention.ATTENTION)
+
+
 @export
 def PyInit__engine() abi("C") -> PythonObject:
     try:
@@ -260,6 +290,15 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
+            m, k, "attention_forward_fast"
+        )
+        fast_teams[attention_fast.attention_backward_dkdv_fast, attention_fast.DKDV_REGISTERS](
+            m, k, "attention_backward_dkdv_fast"
+        )
+        fast_teams[attention_fast.attention_backward_dq_fast, attention_fast.DQ_REGISTERS](
+            m, k, "attention_backward_dq_fast"
+        )
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)

@@ -137,6 +137,26 @@ def device_of(py: PythonObject) raises -> DevicePtr:
     return py.downcast_value_ptr[Device]()
 
 
+def args_of_slots(
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
+) -> Args:
+    """Args from the slots a GPU kernel receives one by one (a kernel's arguments must be plain scalars)."""
+    var args = Args.empty()
+    var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    comptime for i in range(ADDRESS_SLOTS):
+        args.addresses[i] = addresses[i]
+    var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
+    comptime for i in range(SIZE_SLOTS):
+        args.sizes[i] = sizes[i]
+    var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
+    comptime for i in range(SCALAR_SLOTS):
+        args.scalars[i] = scalars[i]
+    return args
+
+
 def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
     n: Int64,
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
@@ -144,21 +164,14 @@ def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
     n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
     x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
 ):
-    """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args).
-    A kernel's arguments must be plain scalars, so the slots travel one by one."""
+    """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args)."""
     var thread = Int(global_idx.x)
     var task = thread // lanes
     if task < Int(n):
-        var args = Args.empty()
-        var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-        comptime for i in range(ADDRESS_SLOTS):
-            args.addresses[i] = addresses[i]
-        var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
-        comptime for i in range(SIZE_SLOTS):
-            args.sizes[i] = sizes[i]
-        var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
-        comptime for i in range(SCALAR_SLOTS):
-            args.scalars[i] = scalars[i]
+        var args = args_of_slots(
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+            n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
+        )
         body(task, thread % lanes, args)
 
 
@@ -232,16 +245,10 @@ def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody](
 ):
     """The GPU launcher of a team kernel: block i is the team of task i, each thread plays itself."""
     var shared = stack_allocation[scratch, Float32, alignment=64, address_space=AddressSpace.SHARED]()
-    var args = Args.empty()
-    var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-    comptime for i in range(ADDRESS_SLOTS):
-        args.addresses[i] = addresses[i]
-    var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
-    comptime for i in range(SIZE_SLOTS):
-        args.sizes[i] = sizes[i]
-    var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
-    comptime for i in range(SCALAR_SLOTS):
-        args.scalars[i] = scalars[i]
+    var args = args_of_slots(
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
+    )
     body[D, 1, AddressSpace.SHARED](Int(block_idx.x), Int(thread_idx.x), args, shared)
 
 
@@ -271,3 +278,46 @@ def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr
         shared.unsafe_free()
 
     cpu_parallel_for(chunk, n)
+
+
+comptime GpuTeamBody = def[D: Int](Int, Args) thin -> None
+"""A GPU-only team kernel's body (fast attention), specialised for size D: body(task, args), run by every thread
+of the block that computes task; each thread reads its own `thread_idx` and the body allocates its shared memory."""
+
+
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(per_sm)
+)
+def gpu_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
+):
+    """Block i of `team` threads computes task i; `per_sm` blocks are meant to share a multiprocessor (a register
+    budget for the compiler)."""
+    var args = args_of_slots(
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
+    )
+    body[D](Int(block_idx.x), args)
+
+
+def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """Run every task in [0, n) by a block of `team` threads on a GPU. There is no CPU version: on the CPU
+    (or in the CPU build) this raises, and the Python wrappers never call it there."""
+    if not dev[].is_gpu():
+        raise Error("a GPU-only kernel was called on the CPU")
+    comptime if HAS_ACCELERATOR:
+        if n <= 0:
+            return
+        var a = args.addresses
+        var s = args.sizes
+        var x = args.scalars
+        dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
+            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+            grid_dim=n,
+            block_dim=team,
+        )

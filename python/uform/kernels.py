@@ -23,6 +23,8 @@ UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op �
 COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
+ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims with fast-mode (bf16) kernels
+ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode attention task
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
@@ -306,28 +308,40 @@ def _attention_geometry(tokens: int, heads: int, kv_heads: int, head_dim: int, c
                 scale=head_dim ** -0.5)
 
 
-def _attention_tiles(tokens: int) -> int:
-    return -(-tokens // ATTENTION_TILE)
+def _attention_kernels(fast: bool, device, head_dim: int) -> tuple[str, int]:
+    """The suffix of the kernels to run and their tile: "_fast" for the fast-mode kernels (asked for, on a GPU, for
+    a head dim they support), else "" for the identical ones."""
+    if fast and device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS:
+        return "_fast", ATTENTION_FAST_TILE
+    return "", ATTENTION_TILE
 
 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
-                      kv_heads: int, head_dim: int, causal: bool) -> None:
+                      kv_heads: int, head_dim: int, causal: bool, fast: bool = False) -> None:
     """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
-    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head."""
+    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head.
+
+    fast: on a GPU, the fast-mode kernels (bf16 tensor cores, fp32 accumulation and softmax; deterministic on one
+    GPU model, see mojo/kernels/attention_fast.mojo) for head dims in ATTENTION_FAST_HEAD_DIMS; on the CPU, or
+    for another head dim, the identical kernels run instead."""
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     _expect(v, "v", k.size)
     _expect(o, "o", q.size)
     _expect_aligned(v, o)
     _expect(lse, "lse", tokens * heads)
-    _launch("attention_forward", _attention_tiles(tokens) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
+    suffix, tile = _attention_kernels(fast, q.device, head_dim)
+    _launch("attention_forward" + suffix, -(-tokens // tile) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
             **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
-                       causal: bool, delta: Buffer | None = None) -> None:
+                       causal: bool, delta: Buffer | None = None, fast: bool = False) -> None:
     """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace):
-    δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head."""
+    δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head.
+
+    fast: as in attention_forward (on a GPU and a supported head dim, the bf16 kernels after the same fp32 δ;
+    otherwise the identical kernels). o and lse may come from either mode's forward."""
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
@@ -338,10 +352,11 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     # The three kernels share one interface: each reads its inputs and writes its own output.
     operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, delta=delta, dq=dq, dk=dk, dv=dv,
                     **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
-    tiles = _attention_tiles(tokens)
+    suffix, tile = _attention_kernels(fast, q.device, head_dim)
+    tiles = -(-tokens // tile)
     _launch("attention_backward_delta", tokens * heads, **operands)
-    _launch("attention_backward_dkdv", tiles * kv_heads, **operands)
-    _launch("attention_backward_dq", tiles * heads, **operands)
+    _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, **operands)
+    _launch("attention_backward_dq" + suffix, tiles * heads, **operands)
 
 
 # ---- rotary positions ------------------------------------------------------------------------

@@ -147,7 +147,8 @@ class TransformerStack:
     """The blocks' passes over N tokens; activations and scratch are kept per token count."""
 
     def __init__(self, device: Device, geometry: StackGeometry, max_positions: int, *, fast: bool = False):
-        """fast=True: the blocks' GEMMs run in fast mode (bf16 tensor cores) on a GPU (docs/numerics.md)."""
+        """fast=True: the blocks' GEMMs and attention run in fast mode (bf16 tensor cores) on a GPU
+        (docs/numerics.md)."""
         self.device = device
         self.geometry = geometry
         self.fast = fast
@@ -174,7 +175,8 @@ class TransformerStack:
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
-        geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans)
+        geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans,
+                        fast=self.fast)
         if delta is not None:
             geometry["delta"] = delta
         return geometry
