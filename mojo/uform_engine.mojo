@@ -88,6 +88,7 @@ def engine_facts() raises -> PythonObject:
     facts["attention_fast_tile"] = PythonObject(attention_fast.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
+    facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
@@ -175,9 +176,11 @@ def gemm_product(
 def gemm_fast_product(
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
-    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, workspace: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, a16: PythonObject,
+    b16: PythonObject, workspace: PythonObject,
 ) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) in fast mode (see kernels/gemm_fast.mojo); workspace: room for the bf16 copies."""
+    """C[M×N] (+)= op(A)·op(B) in fast mode (see kernels/gemm_fast.mojo); a16, b16: the operands' bf16 copies
+    or 0; workspace: room for the copies not given."""
     var dev = device_of(device)
     var cp = f32_at(Int(py=c))
     var ap = f32_at(Int(py=a))
@@ -186,17 +189,19 @@ def gemm_fast_product(
     var n = Int(py=N)
     var k = Int(py=K)
     var acc = Bool(py=accumulate)
+    var a_copy = Int(py=a16)
+    var b_copy = Int(py=b16)
     var work = Int(py=workspace)
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
     if ta:
-        gemm_fast.gemm_fast_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
+        gemm_fast.gemm_fast_on[True, False](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
     elif tb:
-        gemm_fast.gemm_fast_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
+        gemm_fast.gemm_fast_on[False, True](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
     else:
-        gemm_fast.gemm_fast_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
+        gemm_fast.gemm_fast_on[False, False](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
     return PythonObject(None)
 
 
@@ -274,6 +279,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_fast_product]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
+        index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)
         index[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
         index[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
         index[pointwise.add](m, k, "add", pointwise.ADD)

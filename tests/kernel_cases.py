@@ -225,6 +225,33 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
     return {"rotated": (rotated, ref.reshape(tokens, -1), 1e-6), "round_trip": (xb.numpy(), f64(x), 1e-6)}
 
 
+def bf16_rounded(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16, to nearest with ties to even, as float64."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def case_cast_bf16(device: uform.Device, seed: int, count: int, offset: int):
+    """fast mode's rounding to bf16 (kernels.cast_bf16), exact: normal values, ties of both parities, subnormals
+    and zeros of both signs; `offset` values into the buffers, so an odd one takes the unaligned path."""
+    rng = rng_for(seed)
+    x = (rng.standard_normal(count) * np.exp2(rng.integers(-20, 20, count))).astype(np.float32)
+    special = np.array([0.0, -0.0, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1e-40, -3e-39, 2**-149, 65504.0],
+                       np.float32)
+    x[:min(count, special.size)] = special[:count]
+    source = device.put(np.r_[np.zeros(offset, np.float32), x]).view(offset, (count,))
+    target = device.empty(offset + count, np.uint16).view(offset, (count,))
+    K.cast_bf16(target, source)
+    bits = device_bits(target, offset, count)
+    return {"y": ((bits.astype(np.uint32) << 16).view(np.float32), bf16_rounded(x), 0.0, 1.0)}
+
+
+def device_bits(view, offset: int, count: int) -> np.ndarray:
+    """The uint16 values of a view that starts `offset` values into its allocation (host copies read whole
+    allocations)."""
+    return view.owner.numpy()[offset:offset + count]
+
+
 def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, width: int, with_rows: bool = False):
     rng = rng_for(seed)
     table = rng.standard_normal((vocab, width)).astype(np.float32)
@@ -475,6 +502,8 @@ def all_cases():
         for axes in (1, 3):
             cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
+    for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
+        cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
     for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
         for with_rows in (False, True):
             cases.append((f"embedding-{tokens}-{vocab}x{width}-rows{int(with_rows)}", case_embedding,

@@ -24,7 +24,8 @@ _libc = ctypes.CDLL(None)
 _libc.malloc.restype, _libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8))
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8), np.dtype(np.uint16))
+"""float32, int32, bytes, and uint16 for the bits of bfloat16 values (fast mode's GEMM operands)."""
 
 
 def gpu_count() -> int:

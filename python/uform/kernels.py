@@ -27,6 +27,7 @@ ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims
 ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode attention task
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
+CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
 
@@ -176,12 +177,21 @@ def _gemm_chunks(m: int, n: int, k: int) -> int:
     return int(_engine.gemm_chunks(m, n, k))
 
 
+def cast_bf16(y: Buffer, x: Buffer) -> None:
+    """y = x rounded to bfloat16 (to nearest, ties to even), y a uint16 buffer of the bf16 bits."""
+    _expect(x, "x", x.size)
+    _expect(y, "y", x.size, np.uint16)
+    _launch("cast_bf16", -(-x.size // CAST_LANES), y=y, x=x, count=x.size)
+
+
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
-         transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, fast: bool = False) -> None:
+         transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, fast: bool = False,
+         a16: Buffer | None = None, b16: Buffer | None = None) -> None:
     """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b).
 
-    fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo); on the CPU, fast mode
-    runs this identical GEMM."""
+    fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
+    copies from a16 and b16 when given (``cast_bf16`` of A and of B, made once for several products) and
+    rounding them itself otherwise; on the CPU, fast mode runs this identical GEMM and ignores the copies."""
     if transpose_a and transpose_b:
         raise ValueError("gemm supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
     if min(m, n, k) < 1:
@@ -192,9 +202,13 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(c, "C", m * n)
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "")
     if fast and device.is_gpu:
+        for name, copy, of in (("a16", a16, a), ("b16", b16, b)):
+            if copy is not None:
+                _expect(copy, name, of.size, np.uint16)
         workspace = device.scratch(-(-_engine.gemm_fast_workspace(m, n, k) // 4))
         _call("gemm_fast", _engine.gemm_fast, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-              bool(transpose_b), bool(accumulate), workspace.address, label=label + "_fast")
+              bool(transpose_b), bool(accumulate), 0 if a16 is None else a16.address,
+              0 if b16 is None else b16.address, workspace.address, label=label + "_fast")
         return
     chunks = _gemm_chunks(m, n, k)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from .. import kernels as K
 from ..engine import Buffer, Device
 from .cache import RecentCache
@@ -126,11 +128,50 @@ class StackWork:
 
 
 @dataclass
+class LayerCopies:
+    """Fast mode's bf16 copies (``kernels.cast_bf16``) of one block's GEMM inputs, made once in the forward and
+    read again by the backward's weight gradients; in identical mode every field is None."""
+
+    a: Buffer | None = None
+    o: Buffer | None = None
+    m: Buffer | None = None
+    s: Buffer | None = None
+
+    @classmethod
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> LayerCopies:
+        if not fast:
+            return cls()
+        return cls(a=device.empty((n, g.width), np.uint16), o=device.empty((n, g.q_width), np.uint16),
+                   m=device.empty((n, g.width), np.uint16), s=device.empty((n, g.mlp), np.uint16))
+
+
+@dataclass
+class WorkCopies:
+    """Fast mode's bf16 copies of the backward's gradients, each read by two products; None in identical mode."""
+
+    dh: Buffer | None = None
+    du: Buffer | None = None
+    dq: Buffer | None = None
+    dk: Buffer | None = None
+    dv: Buffer | None = None
+
+    @classmethod
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> WorkCopies:
+        if not fast:
+            return cls()
+        return cls(dh=device.empty((n, g.width), np.uint16), du=device.empty((n, g.mlp), np.uint16),
+                   dq=device.empty((n, g.q_width), np.uint16), dk=device.empty((n, g.kv_width), np.uint16),
+                   dv=device.empty((n, g.kv_width), np.uint16))
+
+
+@dataclass
 class StackBuffers:
-    """Every block's activations and the shared work buffers, for one token count."""
+    """Every block's activations and the shared work buffers, for one token count (with fast mode's copies)."""
 
     layers: list[LayerActivations]
     work: StackWork
+    copies: list[LayerCopies]
+    work_copies: WorkCopies
 
     @property
     def input(self) -> Buffer:
@@ -159,7 +200,9 @@ class TransformerStack:
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
         return StackBuffers(layers=[LayerActivations.allocate(d, g, n) for _ in range(g.layers)],
-                            work=StackWork.allocate(d, g, n))
+                            work=StackWork.allocate(d, g, n),
+                            copies=[LayerCopies.allocate(d, g, n, self.fast) for _ in range(g.layers)],
+                            work_copies=WorkCopies.allocate(d, g, n, self.fast))
 
     def buffers(self, n: int) -> StackBuffers:
         """The activations and work buffers for n tokens, made on first use (the few most recent token
@@ -172,6 +215,12 @@ class TransformerStack:
 
     def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
         K.gemm(c, a, b, m, n, k, fast=self.fast, **options)
+
+    @staticmethod
+    def _round(copy: Buffer | None, x: Buffer) -> None:
+        """Fast mode: write x's bf16 copy, which the next products read (identical mode has none)."""
+        if copy is not None:
+            K.cast_bf16(copy, x)
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
@@ -190,20 +239,24 @@ class TransformerStack:
         buffers = self.buffers(n)
         layers, work = buffers.layers, buffers.work
         scratch = work.scratch
-        for i, (w, b) in enumerate(zip(weights, layers)):
+        for i, (w, b, c) in enumerate(zip(weights, layers, buffers.copies)):
             K.rmsnorm_forward(b.a, b.rstd1, b.h_in, w.attention_norm, g.norm_eps)
-            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width)
-            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width)
-            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width)
+            self._round(c.a, b.a)
+            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a)
+            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a)
+            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a)
             K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes)
             K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
-            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width)
+            self._round(c.o, b.o)
+            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o)
             K.add(b.h_mid, b.h_in, scratch)
             K.rmsnorm_forward(b.m, b.rstd2, b.h_mid, w.mlp_norm, g.norm_eps)
-            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width)
+            self._round(c.m, b.m)
+            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width, a16=c.m)
             K.silu(b.s, b.u)
-            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp)
+            self._round(c.s, b.s)
+            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp, a16=c.s)
             h_out = layers[i + 1].h_in if i + 1 < g.layers else work.h_out
             K.add(h_out, b.h_mid, scratch)
         return work.h_out
@@ -219,30 +272,36 @@ class TransformerStack:
         dh, dx, dgain_rows, partial = work.dh, work.dx, work.dgain_rows, work.partial
         dq, dk, dv, do, du, ds = work.dq, work.dk, work.dv, work.do, work.du, work.ds
         attention = self._attention(spans, work.delta)
+        d16 = buffers.work_copies
         for i in reversed(range(g.layers)):
-            w, gw, b = weights[i], grads[i], buffers.layers[i]
+            w, gw, b, c = weights[i], grads[i], buffers.layers[i], buffers.copies[i]
             # h_out = h_mid + silu(m·w_up)·w_down
-            self._gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True)
-            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True)
+            self._round(d16.dh, dh)
+            self._gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True, a16=c.s, b16=d16.dh)
+            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True, a16=d16.dh)
             K.silu_backward(du, b.u, ds)
-            self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True)
-            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True)
+            self._round(d16.du, du)
+            self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True, a16=c.m, b16=d16.du)
+            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_mid, w.mlp_norm, b.rstd2)
             K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
-            self._gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True)
-            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True)
+            self._round(d16.dh, dh)
+            self._gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True, a16=c.o, b16=d16.dh)
+            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
             K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes)
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
                      axes=axes)
-            self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True)
-            self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True)
-            self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True)
-            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True)
-            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
-            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True)
+            for gradient, copy in ((dq, d16.dq), (dk, d16.dk), (dv, d16.dv)):
+                self._round(copy, gradient)
+            self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True, a16=c.a, b16=d16.dq)
+            self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dk)
+            self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dv)
+            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq)
+            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk)
+            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_in, w.attention_norm, b.rstd1)
             K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial)
             K.add(dh, dh, dx)
