@@ -244,3 +244,20 @@ def test_language_model_demo_refuses_a_corpus_too_short_for_its_windows(tmp_path
     assert status == 2 and not (tmp_path / "lm").exists()
     assert err == ("python -m uform.lm: error: --corpus: short.txt has 100 bytes, 90 for training and 10 held out; "
                    "each part needs a window of 65 bytes (a longer corpus, or --held-out-fraction 0)\n")
+
+
+def test_a_step_checkpoint_is_written_once_when_a_stop_falls_on_a_save_step(tmp_path):
+    """A signal can stop a run right after --save-every saved its step; closing the run saves the last step
+    again only if it is another step."""
+    from uform.runs import saved_once
+
+    written = []
+
+    @saved_once
+    def save(step):
+        written.append(step)
+        return tmp_path / f"step-{step}"
+
+    assert save(100) == tmp_path / "step-100" and save(100) == tmp_path / "step-100"
+    assert save(101) == tmp_path / "step-101" and save(100) == tmp_path / "step-100"
+    assert written == [100, 101, 100]

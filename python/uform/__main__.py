@@ -29,7 +29,8 @@ from uform.pairs import bag_of_bytes_embeddings, mine_standard_library_pairs, re
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                         check_writable, checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint,
                         non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                        prune_checkpoints, run_command, write_config, save_when_due, close_run, stopped_early)
+                        prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run,
+                        stopped_early)
 
 TRAIN_DESCRIPTION = """\
 Train a small JOINT encoder on (query, document) pairs and measure held-out retrieval.
@@ -227,6 +228,7 @@ def train(argv: list[str]) -> int:
           f"{executor}; {'resuming at step ' + str(start) if resuming else 'new run'} in {run_dir}", file=sys.stderr)
     reference, against = baseline(job, held_out) if held_out else (None, None)
 
+    @saved_once
     def save(step: int) -> Path:
         path = checkpoint_path(run_dir, step, EXTENSION)
         trainer.save(path)

@@ -218,6 +218,20 @@ def falls_on(step: int, period: int) -> bool:
 # ---- the run directory -----------------------------------------------------------------------------------
 
 
+def saved_once(write):
+    """`write(step) -> path` made to write each step's checkpoint once: a second call for the step it wrote last
+    answers that path again. A signal can stop a run on a step that --save-every just saved, and the run's
+    close saves its last step."""
+    last: list[tuple[int, Path]] = []
+
+    def save(step: int) -> Path:
+        if not last or last[0][0] != step:
+            last[:] = [(step, write(step))]
+        return last[0][1]
+
+    return save
+
+
 def save_when_due(progress, step: int, args, save) -> None:
     """A periodic checkpoint every --save-every steps (the run's last step is saved by :func:`close_run`)."""
     if falls_on(step, args.save_every) and step < args.steps:

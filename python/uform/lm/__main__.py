@@ -26,7 +26,8 @@ from ..training.errors import UFormError
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                     checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                    prune_checkpoints, run_command, write_config, save_when_due, close_run, stopped_early)
+                    prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run,
+                    stopped_early)
 from .config import LanguageModelConfig, parameter_registry
 from .corpus import TokenBatches
 from .trainer import LanguageModelTrainer
@@ -148,6 +149,7 @@ def train(argv: list[str]) -> int:
     print(f"training {DEMO_SHAPE.n_total:,} parameters on {batches.n_windows + DEMO_SHAPE.length:,} bytes of {name} "
           f"({executor}); {'resuming at step ' + str(start) if resuming else 'new run'} in {run_dir}", file=sys.stderr)
 
+    @saved_once
     def save(step: int) -> Path:
         path = checkpoint_path(run_dir, step, EXTENSION)
         trainer.export_checkpoint_binary(path)
