@@ -15,8 +15,8 @@ from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import (Args, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
                            launch_gpu_teams, launch_index, launch_rows, launch_teams)
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_fast,
-                     late_interaction, norms, pointwise, rotary, rows)
+from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
+                     gemm_fast, late_interaction, norms, pointwise, rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -213,6 +213,39 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(2 * (gemm_fast.bf16_values(m * k) + gemm_fast.bf16_values(k * n)))
 
 
+def gemm_exact_product(
+    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
+    M: PythonObject, N: PythonObject, K: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, workspace: PythonObject,
+) raises -> PythonObject:
+    """C[M×N] (+)= op(A)·op(B) as the exact GEMM defines it (see kernels/gemm_exact.mojo)."""
+    var dev = device_of(device)
+    var cp = f32_at(Int(py=c))
+    var ap = f32_at(Int(py=a))
+    var bp = f32_at(Int(py=b))
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    var acc = Bool(py=accumulate)
+    var work = Int(py=workspace)
+    var ta = Bool(py=transpose_a)
+    var tb = Bool(py=transpose_b)
+    if ta and tb:
+        raise Error("gemm: transposing both A and B is not supported")
+    if ta:
+        gemm_exact.gemm_exact_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
+    elif tb:
+        gemm_exact.gemm_exact_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
+    else:
+        gemm_exact.gemm_exact_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
+    return PythonObject(None)
+
+
+def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace an exact M×N×K product needs."""
+    return PythonObject(gemm_exact.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
+
+
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
     return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K)))
@@ -276,6 +309,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[gemm_product]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
+        m.def_function[gemm_exact_product]("gemm_exact")
+        m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
         m.def_function[gemm_fast_product]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()

@@ -12,6 +12,7 @@ import numpy as np
 
 import uform
 from uform import kernels as K
+from uform.reference import exact_gemm
 
 GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96), (37, 45, 9000), (20, 9, 4096)]
 ROW_SHAPES = [(1, 1), (3, 7), (17, 33), (64, 768), (5, 1000)]
@@ -223,6 +224,28 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
     s = np.take_along_axis(f64(sin)[pair_positions], np.arange(half)[None, :, None], 2)[..., 0][:, None, :]
     ref = np.concatenate([x3[..., :half] * c - x3[..., half:] * s, x3[..., half:] * c + x3[..., :half] * s], -1)
     return {"rotated": (rotated, ref.reshape(tokens, -1), 1e-6), "round_trip": (xb.numpy(), f64(x), 1e-6)}
+
+
+def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool = False,
+                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0):
+    """The exact GEMM against its definition (uform.reference.exact_gemm), bit for bit: a relative error of 0.
+    Values of a wide range (GEMMul8's draws), a zero row, a zero column, and subnormal inputs."""
+    rng = rng_for(seed)
+    a = ((rng.random((m, k)) - 0.5) * np.exp(spread * rng.standard_normal((m, k)))).astype(np.float32)
+    b = ((rng.random((k, n)) - 0.5) * np.exp(spread * rng.standard_normal((k, n)))).astype(np.float32)
+    a[m // 2] = 0.0
+    b[:, n // 2] = 0.0
+    a[0, : k // 2] = np.float32(3e-39)  # subnormal inputs beside normal ones in one row
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    stored_a = np.ascontiguousarray(a.T) if transpose_a else a
+    stored_b = np.ascontiguousarray(b.T) if transpose_b else b
+    cb = device.put(c0)
+    K.gemm_exact(cb, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=transpose_a,
+                 transpose_b=transpose_b, accumulate=accumulate)
+    expected = exact_gemm.exact_gemm(a, b)
+    if accumulate:
+        expected = c0 + expected  # one float32 addition
+    return {"c": (cb.numpy(), expected.astype(np.float64), 0.0, 1.0)}
 
 
 def bf16_rounded(x: np.ndarray) -> np.ndarray:
@@ -502,6 +525,11 @@ def all_cases():
         for axes in (1, 3):
             cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
+    for m, n, k, ta, tb, acc, spread in ((1, 1, 1, False, False, False, 1.0), (7, 5, 33, False, False, True, 2.0),
+                                         (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
+                                         (4, 3, 5000, False, False, False, 1.0)):
+        cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}", case_gemm_exact,
+                      dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, spread=spread)))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
     for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):

@@ -36,3 +36,23 @@ def test_attention_of_a_segment_is_the_same_wherever_it_lies(device, causal, hea
                           K.attention_spans(length, length), heads, kv_heads, head_dim, causal)
     for name, a, b in zip(("o", "dq", "dk", "dv", "lse"), alone, placed):
         assert np.array_equal(a.view(np.uint32), b[inside].view(np.uint32)), name
+
+
+@pytest.mark.parametrize("k", [3, 4096, 70000])
+def test_exact_gemm_gives_its_definitions_bits_in_any_order_of_k(device, k):
+    """kernels.gemm_exact equals uform.reference.exact_gemm bit for bit (zeros' signs included), and permuting
+    k changes no bit; k = 70000 takes 12 moduli' budget."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(k)
+    m, n = 3, 2
+    a = ((rng.random((m, k)) - 0.5) * np.exp(rng.standard_normal((m, k)))).astype(np.float32)
+    b = ((rng.random((k, n)) - 0.5) * np.exp(rng.standard_normal((k, n)))).astype(np.float32)
+    order = rng.permutation(k)
+    results = []
+    for left, right in ((a, b), (a[:, order], b[order])):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(np.ascontiguousarray(left)), device.put(np.ascontiguousarray(right)), m, n, k)
+        results.append(c.numpy().view(np.uint32))
+    assert np.array_equal(results[0], results[1])
+    assert np.array_equal(results[0], exact_gemm.exact_gemm(a, b).view(np.uint32))

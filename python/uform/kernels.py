@@ -177,6 +177,24 @@ def _gemm_chunks(m: int, n: int, k: int) -> int:
     return int(_engine.gemm_chunks(m, n, k))
 
 
+def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
+               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
+    """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
+    operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
+    yet the trainers' GEMM; layouts as ``gemm``."""
+    if transpose_a and transpose_b:
+        raise ValueError("gemm_exact supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
+    if min(m, n, k) < 1:
+        raise ValueError(f"gemm_exact sizes must be positive, got m={m}, n={n}, k={k}")
+    device = _device_of((c, a, b))
+    _expect(a, "A", m * k)
+    _expect(b, "B", k * n)
+    _expect(c, "C", m * n)
+    workspace = device.scratch(-(-_engine.gemm_exact_workspace(m, n, k) // 4))
+    _call("gemm_exact", _engine.gemm_exact, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
+          bool(transpose_b), bool(accumulate), workspace.address)
+
+
 def cast_bf16(y: Buffer, x: Buffer) -> None:
     """y = x rounded to bfloat16 (to nearest, ties to even), y a uint16 buffer of the bf16 bits."""
     _expect(x, "x", x.size)
