@@ -36,3 +36,25 @@ def test_a_run_without_the_modality_refuses_its_items(call, words):
     with pytest.raises(UFormError) as refusal:
         call()
     assert refusal.value.code == ErrorCode.INVALID_ARGUMENT and words in refusal.value.message
+
+
+def test_a_long_clip_converts_only_the_frames_its_tubes_use(clips, monkeypatch):
+    """A clip longer than its tubes' budget gives the same tubes (and the same truncation report) as one decoded
+    whole, while only the frames the tubes use are converted to RGB."""
+    from uform.media import video
+
+    converted = []
+    original = video._decode_stream
+
+    def counting(container, item, frame_stride, max_pixels, frames_kept):
+        frames, sampled = original(container, item, frame_stride, max_pixels, frames_kept)
+        converted.append(frames.shape[0])
+        return frames, sampled
+
+    whole = video_tubes(decode_video(clips["mp4-h264"]), 16, 2, 12)
+    monkeypatch.setattr(video, "_decode_stream", counting)
+    capped = prepare_video(clips["mp4-h264"], shape=VideoShape(patch_side=16, tube_frames=2), max_tubes=12)
+    np.testing.assert_array_equal(capped.inputs, whole.inputs)
+    assert (capped.frames, capped.source_frames, capped.truncated) == (whole.frames, whole.source_frames,
+                                                                       whole.truncated)
+    assert whole.truncated and converted == [whole.frames]

@@ -167,11 +167,21 @@ def image_patches(pixels: np.ndarray, patch_side: int, max_patches: int) -> Patc
                    size=size, source_size=(height, width), frames=1, source_frames=1)
 
 
-def video_tubes(frames: np.ndarray, patch_side: int, tube_frames: int, max_tubes: int) -> Patches:
-    """One clip's tubes, at most ``max_tubes`` of them; see the module doc."""
+def frames_kept(height: int, width: int, patch_side: int, tube_frames: int, max_tubes: int) -> int:
+    """The most frames of height × width that ``video_tubes`` cuts into at most ``max_tubes`` tubes: what a
+    decoder need convert of a longer clip (``media.video.decode_clip``)."""
+    rows, columns = _grid(*fitted_size(height, width, patch_side, max_tubes), patch_side)
+    return max_tubes // (rows * columns) * tube_frames
+
+
+def video_tubes(frames: np.ndarray, patch_side: int, tube_frames: int, max_tubes: int,
+                source_frames: int | None = None) -> Patches:
+    """One clip's tubes, at most ``max_tubes`` of them; see the module doc. ``source_frames``: how many frames
+    the clip had, when ``frames`` holds only its first ``frames_kept`` (default: ``len(frames)``)."""
     if tube_frames < 1:
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"tube_frames: must be positive, got {tube_frames}")
-    count, height, width, channels = frames.shape
+    _, height, width, channels = frames.shape
+    count = frames.shape[0] if source_frames is None else source_frames
     size = fitted_size(height, width, patch_side, max_tubes)
     rows, columns = _grid(*size, patch_side)
     times = min(-(-count // tube_frames), max_tubes // (rows * columns))

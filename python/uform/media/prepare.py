@@ -17,8 +17,8 @@ from ..training.config import ImageShape, VideoShape
 from ..training.errors import ErrorCode, UFormError
 from .images import decode_image
 from .items import item_error
-from .patches import Patches, image_patches, video_tubes
-from .video import decode_video
+from .patches import Patches, frames_kept, image_patches, video_tubes
+from .video import decode_clip
 
 
 def _require(shape, field: str, modality: str, item: int):
@@ -43,5 +43,7 @@ def prepare_image(content, item: int = 0, *, shape: ImageShape | None, max_patch
 def prepare_video(content, item: int = 0, *, shape: VideoShape | None, max_tubes: int) -> Patches:
     """One VIDEO item decoded, sampled and cut into at most ``max_tubes`` tubes of ``shape``."""
     shape = _require(shape, "batch.video", "VIDEO", item)
-    frames = decode_video(content, item, frame_stride=shape.frame_stride, channels=shape.channels)
-    return video_tubes(frames, shape.patch_side, shape.tube_frames, max_tubes)
+    frames, count = decode_clip(content, item, frame_stride=shape.frame_stride, channels=shape.channels,
+                                frames_kept=lambda height, width: frames_kept(height, width, shape.patch_side,
+                                                                              shape.tube_frames, max_tubes))
+    return video_tubes(frames, shape.patch_side, shape.tube_frames, max_tubes, source_frames=count)

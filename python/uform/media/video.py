@@ -14,6 +14,9 @@ A VIDEO item is the bytes of an MP4 or WebM file, or an already decoded
   is converted by ``VideoFrame.to_ndarray(format="rgb24")`` (FFmpeg's swscale, the
   stream's own colour matrix). Rotation metadata is not applied. The stream's
   codec must be one of :data:`VIDEO_CODECS`. Every frame has the first one's size.
+  :func:`decode_clip` converts only the first frames a caller will use (a training step's
+  tubes: ``media.patches.frames_kept``) and counts the rest, which are decoded and checked
+  all the same, so a long clip costs the memory of the frames it is cut into.
 - **Decompression bombs.** Every decoded frame costs its pixels, kept or not.
   Before decoding, the stream's width × height, times its frame count where the
   container states one, must not pass ``max_pixels`` (:data:`MAX_VIDEO_PIXELS` by
@@ -129,10 +132,11 @@ def _check_complete(container, stream, last, item: int) -> None:
         raise item_error(item, f"truncated: the frames end at {end:.3f} s of the {stated_end:.3f} s the file states")
 
 
-def _decode_stream(container, item: int, frame_stride: int, max_pixels: int) -> np.ndarray:
-    """The kept RGB frames of ``container``'s first video stream, with every check of the module doc."""
+def _decode_stream(container, item: int, frame_stride: int, max_pixels: int, frames_kept) -> tuple[np.ndarray, int]:
+    """The kept RGB frames of ``container``'s first video stream, with every check of the module doc, and how
+    many frames the sampling kept (``decode_clip``)."""
     stream = _video_stream(container, item, max_pixels)
-    kept, decoded_pixels, first, last = [], 0, None, None
+    kept, sampled, limit, decoded_pixels, first, last = [], 0, None, 0, None, None
     for index, frame in enumerate(container.decode(stream)):
         decoded_pixels += frame.width * frame.height
         if decoded_pixels > max_pixels:
@@ -140,16 +144,19 @@ def _decode_stream(container, item: int, frame_stride: int, max_pixels: int) -> 
                                    f"(a decompression bomb?)")
         if first is None:
             first = frame
+            limit = None if frames_kept is None else frames_kept(frame.height, frame.width)
         if (frame.width, frame.height) != (first.width, first.height):
             raise item_error(item, f"frame {index} is {frame.width} × {frame.height}; frame 0 was "
                                    f"{first.width} × {first.height}")
         if index % frame_stride == 0:
-            kept.append(frame.to_ndarray(format="rgb24"))
+            sampled += 1
+            if limit is None or len(kept) < limit:
+                kept.append(frame.to_ndarray(format="rgb24"))
         last = frame
     if last is None:
         raise item_error(item, "no frames")
     _check_complete(container, stream, last, item)
-    return np.stack(kept)
+    return np.stack(kept), sampled
 
 
 def decode_video(content, item: int = 0, *, frame_stride: int = 1, channels: int = 3,
@@ -158,15 +165,25 @@ def decode_video(content, item: int = 0, *, frame_stride: int = 1, channels: int
 
     ``item`` is the item's index in the step, named by every refusal.
     """
+    return decode_clip(content, item, frame_stride=frame_stride, channels=channels, max_pixels=max_pixels)[0]
+
+
+def decode_clip(content, item: int = 0, *, frame_stride: int = 1, channels: int = 3,
+                max_pixels: int = MAX_VIDEO_PIXELS, frames_kept=None) -> tuple[np.ndarray, int]:
+    """``decode_video``'s frames, of which only the first ``frames_kept(height, width)`` (of the first frame's
+    size) are converted to RGB when given, and how many frames the sampling kept in all: the rest are still
+    decoded, counted and checked, but a long clip's frames past what its tubes use take no memory."""
     _check_arguments(frame_stride, channels)
     if isinstance(content, np.ndarray):
-        return _rgb(uint8_array(content, item, 4, "(T, H, W, C)", (1, 3, 4))[::frame_stride])
+        sampled = uint8_array(content, item, 4, "(T, H, W, C)", (1, 3, 4))[::frame_stride]
+        limit = None if frames_kept is None else frames_kept(sampled.shape[1], sampled.shape[2])
+        return _rgb(sampled[:limit]), sampled.shape[0]
     data, form = encoded_format(content, item, "VIDEO", VIDEO_FORMATS, "MP4 or WebM")
     if form == "MP4":
         _check_mp4_boxes(data, item)
     try:
         with av.open(io.BytesIO(data), format=_DEMUXERS[form]) as container:
-            return _decode_stream(container, item, frame_stride, max_pixels)
+            return _decode_stream(container, item, frame_stride, max_pixels, frames_kept)
     except UFormError:
         raise
     except Exception as error:
