@@ -107,3 +107,20 @@ def test_a_state_of_an_unknown_mode_leaves_the_trainer_unchanged():
     after = trainer.export_state()
     assert after["metadata"] == {} and np.array_equal(after["parameters"], before["parameters"])
     assert trainer.run_metadata()["numeric_mode"] == "identical"
+
+
+def test_fast_mode_on_a_gpu_without_cublas_is_refused_naming_it(monkeypatch):
+    """Fast mode's GEMMs need cuBLAS: where it cannot be loaded, a GPU run is refused with UNSUPPORTED at init."""
+    from uform import _loader, executor
+
+    class GpuExecutor:
+        is_gpu = True
+
+    def missing():
+        raise OSError("libcublas.so.13: not found")
+
+    monkeypatch.setattr(_loader, "load_cublas", missing)
+    with pytest.raises(UFormError, match="cuBLAS.*libcublas.so.13") as refused:
+        executor.run_numerics("fast", GpuExecutor())
+    assert refused.value.code == ErrorCode.UNSUPPORTED
+    assert executor.run_numerics("identical", GpuExecutor()) == "identical"  # identical mode needs no cuBLAS
