@@ -89,6 +89,7 @@ def engine_facts() raises -> PythonObject:
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
+    facts["exact_gemm_max_k"] = PythonObject(gemm_exact.MAX_K)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))

@@ -228,8 +228,9 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
 
 def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool = False,
                     transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0):
-    """The exact GEMM against its definition (uform.reference.exact_gemm), bit for bit: a relative error of 0.
-    Values of a wide range (GEMMul8's draws), a zero row, a zero column, and subnormal inputs."""
+    """The exact GEMM against its definition (uform.reference.exact_gemm): equal values, a relative error of 0
+    (tests/test_kernels.py compares their bits). Values of a wide range (GEMMul8's draws), a zero row, a zero
+    column, and subnormal inputs."""
     rng = rng_for(seed)
     a = ((rng.random((m, k)) - 0.5) * np.exp(spread * rng.standard_normal((m, k)))).astype(np.float32)
     b = ((rng.random((k, n)) - 0.5) * np.exp(spread * rng.standard_normal((k, n)))).astype(np.float32)

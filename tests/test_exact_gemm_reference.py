@@ -1,6 +1,6 @@
 """The exact GEMM's definition (python/uform/reference/exact_gemm.py, issue 12) against the exact rational
-product of the float32 inputs: order-free, more accurate than today's fma chain, correctly rounded for most
-outputs. The engine does not run it yet; these are the properties its kernels will inherit."""
+product of the float32 inputs: more accurate than today's fma chain, correctly rounded for nearly every output,
+NaN wherever a non-finite input reaches. (No order of k can change it: its sum is an integer one.) The engine does not run it yet; these are the properties its kernels will inherit."""
 
 import math
 
@@ -60,19 +60,22 @@ def test_moduli_bound_every_sum():
         X.moduli_count(X.MAX_K + 1)
 
 
-@pytest.mark.parametrize("k", [1, 5, 768, 3000])
-def test_any_order_of_k_gives_the_same_bits(k):
-    rng = np.random.default_rng(k)
-    a, b = draws(rng, 6, k, 5, 1.0)
-    order = rng.permutation(k)
-    assert np.array_equal(X.exact_gemm(a, b).view(np.uint32), X.exact_gemm(a[:, order], b[order]).view(np.uint32))
+def test_non_finite_lines_give_nan_and_only_there():
+    rng = np.random.default_rng(3)
+    a, b = draws(rng, 4, 20, 3, 1.0)
+    a[1, 7], b[2, 2] = np.inf, np.nan
+    c = X.exact_gemm(a, b)
+    touched = np.zeros((4, 3), bool)
+    touched[1, :], touched[:, 2] = True, True
+    assert np.isnan(c[touched]).all() and np.isfinite(c[~touched]).all()
+    clean = X.exact_gemm(np.delete(a, 1, 0), np.delete(b, 2, 1))
+    assert np.array_equal(np.delete(np.delete(c, 1, 0), 2, 1).view(np.uint32), clean.view(np.uint32))
 
 
 @pytest.mark.parametrize("k,spread", [(768, 0.5), (768, 2.0), (3072, 1.0), (4096, 2.0), (65536, 1.0)])
 def test_more_accurate_than_the_fma_chain(k, spread):
-    """Median and worst error, each output's against Σ|a||b|, at or below the fma chain's; at least 95 % of the
-    outputs are the correctly rounded exact product (issue 12 asks it at k ≤ 4096; the k = 65536 case
-    meets it too)."""
+    """Median and worst error, each output's against Σ|a||b|, at or below the fma chain's; at least 99 % of the
+    outputs are the correctly rounded exact product (issue 12 asks 95 % at k ≤ 4096; measured: 99.2–100 %)."""
     rng = np.random.default_rng(k + int(10 * spread))
     m = n = 8 if k > 4096 else 16
     a, b = draws(rng, m, k, n, spread)
@@ -83,7 +86,7 @@ def test_more_accurate_than_the_fma_chain(k, spread):
     ours_error = np.abs(ours - value) / magnitude
     chain_error = np.abs(chain - value) / magnitude
     assert np.median(ours_error) <= np.median(chain_error) and ours_error.max() <= chain_error.max()
-    assert np.mean(ours == correctly_rounded(exact)) >= 0.95
+    assert np.mean(ours == correctly_rounded(exact)) >= 0.99
 
 
 def test_edges_zero_lines_subnormal_and_overflowing_outputs():

@@ -52,6 +52,23 @@ def test_fast_gemm_is_the_fp32_sum_of_bf16_products(gpu, form, accumulate, m, n,
     assert np.max(np.abs(got - (plain + (c0 if accumulate else 0.0))) / (scale + 1e-30)) < 2.0**-7
 
 
+@pytest.mark.parametrize("form", ["ab", "atb", "abt"])
+def test_fast_gemm_on_given_bf16_copies_gives_the_same_bits(gpu, form):
+    """The stack hands the products bf16 copies made once (kernels.cast_bf16): the same bits as rounding here."""
+    rng = np.random.default_rng(11)
+    m, n, k = 300, 200, 500
+    ta, tb = form == "atb", form == "abt"
+    a = gpu.put(rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32))
+    b = gpu.put(rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32))
+    a16, b16 = gpu.empty(a.shape, np.uint16), gpu.empty(b.shape, np.uint16)
+    K.cast_bf16(a16, a)
+    K.cast_bf16(b16, b)
+    here, given = gpu.empty((m, n)), gpu.empty((m, n))
+    K.gemm(here, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True)
+    K.gemm(given, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True, a16=a16, b16=b16)
+    assert np.array_equal(here.numpy().view(np.uint32), given.numpy().view(np.uint32))
+
+
 def test_fast_gemm_repeats_its_bits(gpu):
     rng = np.random.default_rng(7)
     m, n, k = 1024, 768, 3072
@@ -128,6 +145,7 @@ def test_encoder_fast_runs_repeat_their_bits_and_track_identical_mode(tmp_path):
     second = encoder_run("fast", tmp_path / "second.safetensors")
     identical = encoder_run("identical", tmp_path / "identical.safetensors")
     assert first == second, (first, second)
+    assert first != identical  # the fast kernels ran: bf16 products give other bits than the identical ones
     # (the files' headers may list their metadata in another order: safetensors keeps it in a hash map)
     saved = [uform.training.checkpoint.read_tensors(tmp_path / name, optimizer=True)
              for name in ("first.safetensors", "second.safetensors")]

@@ -39,20 +39,22 @@ def test_attention_of_a_segment_is_the_same_wherever_it_lies(device, causal, hea
 
 
 @pytest.mark.parametrize("k", [3, 4096, 70000])
-def test_exact_gemm_gives_its_definitions_bits_in_any_order_of_k(device, k):
-    """kernels.gemm_exact equals uform.reference.exact_gemm bit for bit (zeros' signs included), and permuting
-    k changes no bit; k = 70000 takes 12 moduli' budget."""
+def test_exact_gemm_gives_its_definitions_bits(device, k):
+    """kernels.gemm_exact equals uform.reference.exact_gemm bit for bit (zeros' signs included), NaN wherever a
+    row or column holds an infinity or a NaN; k = 70000 takes 12 moduli' budget."""
     from uform.reference import exact_gemm
 
     rng = np.random.default_rng(k)
-    m, n = 3, 2
+    m, n = 4, 3
     a = ((rng.random((m, k)) - 0.5) * np.exp(rng.standard_normal((m, k)))).astype(np.float32)
     b = ((rng.random((k, n)) - 0.5) * np.exp(rng.standard_normal((k, n)))).astype(np.float32)
-    order = rng.permutation(k)
-    results = []
-    for left, right in ((a, b), (a[:, order], b[order])):
-        c = device.empty((m, n))
-        K.gemm_exact(c, device.put(np.ascontiguousarray(left)), device.put(np.ascontiguousarray(right)), m, n, k)
-        results.append(c.numpy().view(np.uint32))
-    assert np.array_equal(results[0], results[1])
-    assert np.array_equal(results[0], exact_gemm.exact_gemm(a, b).view(np.uint32))
+    a[2, k // 3], b[k - 1, 1] = -np.inf, np.nan
+    c = device.empty((m, n))
+    K.gemm_exact(c, device.put(a), device.put(b), m, n, k)
+    got, expected = c.numpy(), exact_gemm.exact_gemm(a, b)
+    assert np.array_equal(np.isnan(got), np.isnan(expected)) and np.isnan(expected).sum() == m + n - 1
+    finite = ~np.isnan(expected)
+    assert np.array_equal(got[finite].view(np.uint32), expected[finite].view(np.uint32))
+    with pytest.raises(ValueError, match="k up to"):
+        K.gemm_exact(device.empty((1, 1)), device.empty(K.EXACT_GEMM_MAX_K + 1), device.empty(K.EXACT_GEMM_MAX_K + 1),
+                     1, 1, K.EXACT_GEMM_MAX_K + 1)

@@ -265,7 +265,7 @@ def quad_sum(x: Float32) -> Float32:
 # ---- forward: o and lse per (query tile, head) -------------------------------------------------------------
 
 def attention_forward_fast[D: Int](task: Int, args: Args):
-    """Task (query tile, head): o and lse of its 64 queries, an online softmax over blocks of 64 keys."""
+    """Task (query tile, head): o and lse of its 128 queries, an online softmax over blocks of 64 keys."""
     var at = Attention(args)
     var me = Lane()
     var start = (task // at.heads) * TILE
@@ -340,7 +340,7 @@ def pair_gradients(s: Float32, dp: Float32, lse2: Float32, delta: Float32, scale
 
 
 def attention_backward_dkdv_fast[D: Int](task: Int, args: Args):
-    """Task (key tile, kv head): dk and dv of its 64 keys, over the heads of the group, then the blocks of
+    """Task (key tile, kv head): dk and dv of its 128 keys, over the heads of the group, then the blocks of
     queries; rows are keys, columns queries."""
     var at = Attention(args)
     var me = Lane()
@@ -401,7 +401,7 @@ def attention_backward_dkdv_fast[D: Int](task: Int, args: Args):
 
 
 def attention_backward_dq_fast[D: Int](task: Int, args: Args):
-    """Task (query tile, head): dq of its 64 queries, over the blocks of keys; rows are queries, columns keys."""
+    """Task (query tile, head): dq of its 128 queries, over the blocks of keys; rows are queries, columns keys."""
     var at = Attention(args)
     var me = Lane()
     var start = (task // at.heads) * TILE

@@ -5,7 +5,8 @@
 
 e_m is the exponent of max_k |a(m, k)| (the maximum in [2^(e−1), 2^e)), f_n that of max_k |b(k, n)|, and
 b = bits_per_side(K) a function of K alone; RN rounds once to float32, to nearest with ties to even,
-keeping subnormals and overflowing to ±inf. The definition and its accuracy are in docs/numerics.md and
+keeping subnormals and overflowing to ±inf. An output whose row of A or column of B holds an infinity or
+a NaN is the canonical NaN, so a non-finite operand never yields a finite result. The definition and its accuracy are in docs/numerics.md and
 python/uform/reference/exact_gemm.py, which these kernels equal bit for bit. Every step is integer
 arithmetic on the operands' float32 bits, so no device, order or split of k can change a bit.
 
@@ -24,12 +25,14 @@ from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_index
 
 comptime LIMB = 16  # bits of a fixed-point value's low limb
+comptime NON_FINITE = Int32(1 << 30)  # the exponent a line holding an infinity or a NaN records
+comptime CANONICAL_NAN = UInt32(0x7FC00000)
 comptime MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217)  # pairwise coprime, each ≤ 256
 comptime MAX_K = 1 << 20  # the longest contraction the definition covers
 
 
 def moduli_count(K: Int) -> Int:
-    """N(K): 11 moduli up to K = 65536, 12 beyond (docs/numerics.md says why)."""
+    """N(K): 11 moduli up to K = 65536, 12 beyond (python/uform/reference/exact_gemm.py says why)."""
     return 11 if K <= 65536 else 12
 
 
@@ -48,7 +51,8 @@ comptime EXACT_PREP = Interface("high low exponents x", "length line_stride elem
 
 def exact_prep(line: Int, args: Args):
     """Line `line` of x (its elements at x[line·line_stride + i·element_stride], i < length): its exponent
-    e (0 for an all-zero line) and high[line·length + i], low[...] = the limbs of trunc(x_i·2^(bits − e))."""
+    e (0 for an all-zero line, NON_FINITE for one that holds an infinity or a NaN) and high[line·length + i],
+    low[...] = the limbs of trunc(x_i·2^(bits − e))."""
     var high = args.i32(0).unsafe_offset(line * args.size(0))
     var low = args.i32(1).unsafe_offset(line * args.size(0))
     var x = args.f32(3).unsafe_offset(line * args.size(1))
@@ -59,6 +63,9 @@ def exact_prep(line: Int, args: Args):
     for i in range(length):
         var magnitude = bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF
         largest = max(largest, magnitude)  # float32 magnitudes order as their bit patterns do
+    if largest >= 0x7F800000:  # an infinity or a NaN: every output of the line is NaN
+        args.i32(2).unsafe_store(line, NON_FINITE)
+        return
     var e = 0 if largest == 0 else significand_bits(largest) + binade(largest)
     args.i32(2).unsafe_store(line, Int32(e))
     for i in range(length):
@@ -98,12 +105,18 @@ comptime EXACT_PRODUCTS = Interface("c a_high a_low b_high b_low a_exponents b_e
 
 def exact_products(task: Int, args: Args):
     """Output (m, n) = (task // n, task % n): Σ_k A'[m, k]·B'[k, n] exactly from the limbs (A' rows and B'
-    columns each k contiguous), then one rounding, plus C0 when accumulating."""
+    columns each k contiguous), then one rounding, plus C0 when accumulating; NaN for a non-finite line."""
     var N = args.size(0)
     var K = args.size(1)
     var bits = args.size(2)
     var row = task // N
     var column = task % N
+    var c = args.f32(0)
+    var e = args.i32(5).unsafe_load(row)
+    var f = args.i32(6).unsafe_load(column)
+    if e == NON_FINITE or f == NON_FINITE:
+        c.unsafe_store(task, bitcast[DType.float32](CANONICAL_NAN))
+        return
     var a1 = args.i32(1).unsafe_offset(row * K)
     var a0 = args.i32(2).unsafe_offset(row * K)
     var b1 = args.i32(3).unsafe_offset(column * K)
@@ -120,10 +133,7 @@ def exact_products(task: Int, args: Args):
         middles += ah * bl + al * bh
         lows += al * bl
     var total = (Int128(highs) << Int128(2 * LIMB)) + (Int128(middles) << Int128(LIMB)) + Int128(lows)
-    var e = Int(args.i32(5).unsafe_load(row))
-    var f = Int(args.i32(6).unsafe_load(column))
-    var value = rounded(total, 2 * bits - e - f)
-    var c = args.f32(0)
+    var value = rounded(total, 2 * bits - Int(e) - Int(f))
     if args.flag(3):
         value = c.unsafe_load(task) + value
     c.unsafe_store(task, value)
@@ -131,7 +141,8 @@ def exact_products(task: Int, args: Args):
 
 def rounded(x: Int128, shift: Int) -> Float32:
     """x·2^(−shift) rounded once to float32, to nearest with ties to even (subnormals kept, ±inf past the
-    largest finite value); +0 for x = 0 and for magnitudes below half the smallest subnormal."""
+    largest finite value); +0 for x = 0, and a zero of x's sign for magnitudes below half the smallest
+    subnormal."""
     if x == 0:
         return Float32(0)
     var sign = UInt32(0x80000000) if x < 0 else UInt32(0)

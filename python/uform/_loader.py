@@ -16,6 +16,7 @@ found it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 import sys
@@ -137,6 +138,7 @@ def load_engine():
 CUBLAS_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13")  # Lt first: libcublas needs it
 
 
+@functools.cache
 def load_cublas() -> None:
     """Make cuBLAS loadable for fast mode's GEMMs (kernels/gemm_fast.mojo).
 

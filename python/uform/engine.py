@@ -37,6 +37,9 @@ class Device:
     """The host CPU (``Device.cpu()``) or one GPU (``Device.gpu(i)``)."""
 
     def __init__(self, ordinal: int = -1):
+        if isinstance(ordinal, bool) or not isinstance(ordinal, (int, np.integer)):
+            raise TypeError(f"Device takes an integer ordinal (-1: the CPU), got {ordinal!r}; use Device.cpu() or "
+                            "Device.gpu(i)")
         self._handle = _engine.Device()
         try:
             self._handle.open(int(ordinal))

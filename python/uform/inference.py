@@ -7,7 +7,9 @@ A ``Trainer`` checkpoint (``uform.training.checkpoint``) stores its run as JSON 
 weights: geometry, objective, batch shape, masking, contrastive settings and schedule, and the
 seed. ``Encoder.load`` rebuilds that run from the file and resumes it on the executor's device,
 so nothing has to be restated, and ``encode`` is the saving trainer's ``Trainer.encode``
-(docs/encoder.md, "Embedding items"): the same bits for the same items, on the CPU and on a GPU.
+(docs/encoder.md, "Embedding items"): the same bits for the same items, on the CPU and on a GPU, in
+identical numerics (a checkpoint of a fast run loads in fast mode unless ``numerics="identical"`` is
+passed; fast embeddings are deterministic on one GPU model, but not bit-equal across packings or devices).
 
 Where the run trained them, the heads beyond pooling answer too: ``encode_tokens`` the unit token
 vectors late interaction scores (``uform.maxsim`` scores them), ``text_choose`` the masked head's

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ._loader import load_cublas
 from .engine import Buffer, _engine
 
 FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
@@ -27,6 +28,7 @@ ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims
 ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode attention task
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
+EXACT_GEMM_MAX_K = FACTS["exact_gemm_max_k"]  # the longest contraction the exact GEMM's definition covers
 CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -186,6 +188,8 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
         raise ValueError("gemm_exact supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
     if min(m, n, k) < 1:
         raise ValueError(f"gemm_exact sizes must be positive, got m={m}, n={n}, k={k}")
+    if k > EXACT_GEMM_MAX_K:
+        raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
     device = _device_of((c, a, b))
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
@@ -220,6 +224,7 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(c, "C", m * n)
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "")
     if fast and device.is_gpu:
+        load_cublas()  # once per process; raises OSError naming where it looked
         for name, copy, of in (("a16", a16, a), ("b16", b16, b)):
             if copy is not None:
                 _expect(copy, name, of.size, np.uint16)
@@ -409,8 +414,8 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     if axes not in (1, 3):
         raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
     if head_dim % (2 * ROTARY_PAIRS_PER_TASK):
-        raise ValueError(f"rotary takes head dimensions that are multiples of {2 * ROTARY_PAIRS_PER_TASK} (whole tasks "
-                         f"of {ROTARY_PAIRS_PER_TASK} pairs), got {head_dim}")
+        raise ValueError(f"rotary takes head dimensions that are multiples of {2 * ROTARY_PAIRS_PER_TASK}, as the "
+                         f"engine compiles attention for {ATTENTION_HEAD_DIMS}; got {head_dim}")
     tokens = positions.size // axes
     _expect(x, "x", tokens * heads * head_dim)
     _expect(positions, "positions", tokens * axes, np.int32)

@@ -37,6 +37,7 @@ import os
 
 import numpy as np
 
+from ..executor import NUMERIC_MODES
 from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_LEARNING_RATE, MAX_STEPS, MIN_EPS, STATE_ARRAYS, HostState
 from ..training.errors import ErrorCode, UFormError, UFormOSError, type_error, value_error
@@ -164,6 +165,9 @@ def _checked(state, shape: LanguageModelConfig | None, copy: bool) -> dict:
         "data_schedule": _descriptor(state["data_schedule"], "data_schedule"),
         "metadata": _descriptor(state["metadata"], "metadata"),
     }
+    numerics = checked["metadata"].get("numerics", "identical")
+    if numerics not in NUMERIC_MODES:
+        raise value_error(f"metadata.numerics: {numerics!r} is not a numeric mode; one of {list(NUMERIC_MODES)}")
     n_vocab = checked["data_schedule"].get("n_vocab")
     if n_vocab is not None and n_vocab != config.vocab_size:
         raise value_error(f"data_schedule n_vocab {n_vocab!r} differs from the config vocab_size {config.vocab_size}")

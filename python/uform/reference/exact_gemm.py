@@ -19,7 +19,8 @@ M×K and B K×N in float32:
 5. c_ij = X_ij · 2^(e_i + f_j − 2b) rounded once to float32, to nearest with ties to even (subnormals
    kept, overflow to ±inf); X = 0 gives +0.
 
-Non-finite inputs are outside the definition (the trainers stop on a non-finite loss first).
+6. Non-finite inputs: an output whose row of A or column of B holds an infinity or a NaN is NaN, so a
+   non-finite operand (a diverging gradient) never yields a finite result.
 """
 
 from __future__ import annotations
@@ -96,13 +97,16 @@ def round_to_float32(x: int, shift: int) -> np.float32:
 
 def exact_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """C = A·B as the exact GEMM defines it (the module doc), float32 M×N."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     k = a.shape[1]
     bits = bits_per_side(k)
-    a_fixed, e = fixed_point(a, 1, bits)
-    b_fixed, f = fixed_point(b, 0, bits)
+    finite_rows, finite_columns = np.isfinite(a).all(1), np.isfinite(b).all(0)
+    a_fixed, e = fixed_point(np.where(finite_rows[:, None], a, 0), 1, bits)
+    b_fixed, f = fixed_point(np.where(finite_columns[None, :], b, 0), 0, bits)
     sums = exact_products(a_fixed, b_fixed)
     shifts = 2 * bits - e - f  # (M, 1) + (1, N)
     out = np.empty(sums.shape, np.float32)
     for index in np.ndindex(out.shape):
         out[index] = round_to_float32(int(sums[index]), int(shifts[index]))
+    out[~(finite_rows[:, None] & finite_columns[None, :])] = np.nan
     return out
