@@ -1,0 +1,60 @@
+"""One process of a test mesh: joins as its JSON argument says, runs one action, prints one JSON line.
+
+    python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
+
+Actions: "gather" (describe the mesh and all-gather each host domain's index), "barrier" (a barrier, after the
+others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it), "trainer" (init a tiny
+trainer over the mesh with the given "seed" and "depth"). The last line is the action's answer or
+{"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
+before it.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+import uform
+
+clock = [time.monotonic()]
+
+
+def ready() -> None:
+    print(json.dumps({"ready": True}), flush=True)
+    clock[0] = time.monotonic()
+
+
+def main(spec: dict) -> dict:
+    executor = uform.Executor.for_ram(device_count=spec.get("devices", 1))
+    mesh = uform.Mesh.bootstrap(executor, uform.MeshOptions(
+        host_domain_index=spec["index"], host_domain_count=spec["count"], directory=spec["directory"],
+        job=spec.get("job", "test"), timeout_seconds=spec["timeout"]))
+    action = spec["action"]
+    if action == "gather":
+        gathered = mesh.collectives.all_gather(np.array([spec["index"]], np.int32))[:, 0].tolist()
+        description = mesh.describe()
+        return {"gathered": gathered, "world_size": description.world_size, "first_rank": description.first_rank,
+                "backend": description.backend, "attempt": description.attempt}
+    if action in ("barrier", "hang"):
+        mesh.collectives.barrier()  # every process is connected now
+        ready()
+        if action == "hang":
+            time.sleep(120)
+        mesh.collectives.barrier()  # a peer is killed or stopped meanwhile
+        return {"barrier": "passed"}
+    if action == "trainer":
+        uform.Trainer.init_vram(executor, mesh=mesh, depth=spec.get("depth", 1), hidden=128, seed=spec["seed"],
+                                objective=uform.Objective.JOINT, schedule=uform.Schedule(steps=10),
+                                batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
+                                                       max_columns_per_row=32))
+        return {"trainer": "made"}
+    raise SystemExit(f"unknown action {action!r}")
+
+
+if __name__ == "__main__":
+    try:
+        answer = main(json.loads(sys.argv[1]))
+    except uform.UFormError as error:
+        answer = {"code": error.code.name, "message": error.message}
+    print(json.dumps(answer | {"seconds": time.monotonic() - clock[0]}), flush=True)
