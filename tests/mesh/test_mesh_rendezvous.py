@@ -50,11 +50,27 @@ def test_every_host_domain_is_admitted_to_one_attempt(tmp_path):
                                                              "host-3.json", "roster.json"]
 
 
-def test_a_peer_that_never_arrives_times_out_on_host_domain_0(tmp_path):
-    (error, seconds), = [meet(tmp_path, 1, timeout=1.0, counts=[3])[0]]
-    assert isinstance(error, uform.UFormError) and error.code == uform.ErrorCode.PEER_LOST
-    assert "host domains [1, 2] of 3 never arrived in job 'job' within 1 s" in error.message
-    assert 1.0 <= seconds < 5
+def test_a_peer_that_never_arrives_times_out_on_every_host_domain_that_did(tmp_path):
+    for error, seconds in meet(tmp_path, 2, timeout=1.0, counts=[3, 3]):
+        assert isinstance(error, uform.UFormError) and error.code == uform.ErrorCode.PEER_LOST
+        assert "host domains [2] of 3 never arrived in job 'job' within 1 s" in error.message
+        assert 1.0 <= seconds < 5
+
+
+def test_two_processes_claiming_host_domain_0_are_refused(tmp_path):
+    first = options(tmp_path, 0, 2, timeout=1.0)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(pytest.raises(uform.UFormError, rendezvous, first,
+                                                                          declaration(first, executor="cpu", devices=1,
+                                                                                      gpu_class="NONE"))))
+    thread.start()
+    while not list((tmp_path / "job").glob("*/host-0.json")):  # the first has opened its attempt and declared
+        time.sleep(0.01)
+    with pytest.raises(uform.UFormError, match="never arrived"):
+        rendezvous(first, declaration(first, executor="cpu", devices=1, gpu_class="NONE"))
+    thread.join()
+    assert results[0].value.code == uform.ErrorCode.CONFIG_MISMATCH
+    assert "two processes claim host_domain_index 0" in results[0].value.message
 
 
 def test_a_missing_host_domain_0_times_out_on_the_others(tmp_path):
@@ -73,7 +89,7 @@ def test_a_stale_attempt_is_never_joined_and_is_cleaned(tmp_path):
     assert error.value.code == uform.ErrorCode.PEER_LOST
     new = meet(tmp_path, 2)
     assert new[0][0].attempt == new[1][0].attempt != old.attempt
-    assert not (tmp_path / "job" / old.attempt).exists()
+    assert not (tmp_path / "job" / old.attempt).exists(), list((tmp_path / "job" / old.attempt).iterdir())
 
 
 def test_mismatched_declarations_are_refused_on_every_host_domain(tmp_path):

@@ -11,8 +11,9 @@ reader sees nothing or all of it:
 - ``<attempt>/refused.json``: host domain 0 refuses the attempt instead (declarations that disagree, or peers
   that never arrived), naming the processes it had seen; each of those raises the same error.
 
-Host domain 0 removes every other entry of the job's directory when it opens an attempt: an older attempt's
-files (a crashed or finished run of the same job) are cleaned, never joined. A process that read an older
+Host domain 0 removes every other entry of the job's directory when it opens an attempt (a directory renamed
+aside first, so that no writer races the removal): an older attempt's files (a crashed or finished run of the
+same job) are cleaned, never joined. A process that read an older
 ``open.json`` before host domain 0 replaced it announces itself again in the new attempt; an older roster or
 refusal does not name its process identifier, so it never admits or refuses it. Every wait ends at the
 options' timeout with PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, later
@@ -115,9 +116,7 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
     _write(os.path.join(job, b"open.json"), opened)
     for entry in os.listdir(job):
         if entry not in (attempt.encode(), b"open.json") and not entry.startswith(b"."):
-            with contextlib.suppress(FileNotFoundError):
-                stale = os.path.join(job, entry)
-                shutil.rmtree(stale) if os.path.isdir(stale) else os.unlink(stale)
+            _remove(os.path.join(job, entry))
     _write(os.path.join(here, b"host-0.json"), mine)
     count = options.host_domain_count
     while True:
@@ -137,13 +136,25 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
         if not missing:
             break
         if time.monotonic() > deadline:
-            error = peer_lost(f"mesh: host domains {missing} of {count} never arrived in job {options.job!r} "
-                              f"within {options.timeout_seconds:g} s")
+            error = peer_lost(_never_arrived(options, missing))
             _refuse(here, members, error)
             raise error
         time.sleep(POLL_SECONDS)
     _write(os.path.join(here, b"roster.json"), {"attempt": attempt, "members": members})
     return Roster(attempt, here, members)
+
+
+def _remove(stale: bytes) -> None:
+    """Remove an older attempt's entry. A directory is first renamed aside, atomically, so that a process still
+    writing its declaration into it (it read the older open.json) fails to, rather than racing the removal."""
+    if not os.path.isdir(stale):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+        return
+    aside = os.path.join(os.path.dirname(stale), f"removed-{secrets.token_hex(8)}".encode())
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(stale, aside)
+        shutil.rmtree(aside)
 
 
 def _refuse(here: bytes, members: list, error: UFormError) -> None:
@@ -163,9 +174,9 @@ def _join_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
             try:
                 _write(os.path.join(job, attempt, f"host-{index}.json".encode()), mine)
                 joined, opener = attempt.decode(), opened
-            except UFormError:
+            except (UFormError, OSError):
                 if os.path.isdir(os.path.join(job, attempt)):
-                    raise  # a directory this process cannot write, not an attempt cleaned meanwhile
+                    raise  # a directory this process cannot write, not an attempt removed meanwhile
         if joined is not None:
             here = os.path.join(job, joined.encode())
             refused = _read(os.path.join(here, b"refused.json"))
@@ -176,15 +187,27 @@ def _join_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
             if len(members) > index and members[index].get("process") == mine["process"]:
                 return Roster(joined, here, members)
         if time.monotonic() > deadline:
-            raise peer_lost(_never_admitted(options, index, opener))
+            raise peer_lost(_never_admitted(options, index, job, opener))
         time.sleep(POLL_SECONDS)
 
 
-def _never_admitted(options: MeshOptions, index: int, opener: dict | None) -> str:
+def _never_arrived(options: MeshOptions, missing: list[int]) -> str:
+    return (f"mesh: host domains {missing} of {options.host_domain_count} never arrived in job {options.job!r} "
+            f"within {options.timeout_seconds:g} s")
+
+
+def _never_admitted(options: MeshOptions, index: int, job: bytes, opener: dict | None) -> str:
+    """Why host domain `index` was not admitted: who is missing from the attempt it joined (`opener`, as open.json
+    named it), as far as its files tell, or host domain 0 itself."""
     where = f"job {options.job!r} in {os.fsdecode(options.directory)}"
     if opener is None:
         return f"mesh: host domain 0 never opened {where} within {options.timeout_seconds:g} s"
-    return (f"mesh: host domain {index} was not admitted to {where} within {options.timeout_seconds:g} s: it joined "
-            f"attempt {opener['attempt']} opened by {_who(opener)}, whose host domain 0 never admitted it (an older "
-            "run's attempt, if this run's host domain 0 never started; or another process claims host_domain_index "
-            f"{index}; or a host domain never arrived)")
+    attempt = f"attempt {opener['attempt']} opened by {_who(opener)}"
+    here = os.path.join(job, opener["attempt"].encode())
+    missing = [i for i in range(options.host_domain_count)
+               if not os.path.exists(os.path.join(here, f"host-{i}.json".encode()))]
+    if missing:
+        return f"{_never_arrived(options, missing)} ({attempt})"
+    return (f"mesh: host domain {index} joined {attempt} in {where}, but host domain 0 never admitted it within "
+            f"{options.timeout_seconds:g} s: an older run's attempt whose host domain 0 is gone (this run's host "
+            f"domain 0 never started), or host domain 0 died, or another process claims host_domain_index {index}")
