@@ -27,6 +27,11 @@ from .options import MeshOptions, checked_options
 from .rendezvous import declaration, rendezvous
 
 
+def _gpu_class(executor: Executor) -> GPUClass:
+    """The class the executor's GPUs dispatch as: the loaded engine variant's (NONE for CPU devices)."""
+    return GPU_CLASS_OF_VARIANT[ENGINE_VARIANT] if executor.is_gpu else GPUClass.NONE
+
+
 class Mesh:
     """The processes of one run, one per host domain, each driving its executor's devices."""
 
@@ -38,8 +43,7 @@ class Mesh:
             devices_per_host_domain=devices, world_size=options.host_domain_count * devices,
             first_rank=options.host_domain_index * devices, backend=collectives.backend,
             job=options.job if options.host_domain_count > 1 else "", attempt=attempt,
-            timeout_seconds=options.timeout_seconds, multimem_tier=MultimemTier.NONE,
-            gpu_class=GPU_CLASS_OF_VARIANT[ENGINE_VARIANT] if executor.is_gpu else GPUClass.NONE)
+            timeout_seconds=options.timeout_seconds, multimem_tier=MultimemTier.NONE, gpu_class=_gpu_class(executor))
 
     @classmethod
     def bootstrap(cls, executor: Executor, options: MeshOptions, /) -> Mesh:
@@ -56,9 +60,8 @@ class Mesh:
                              f"{devices}) need the NCCL backend, which is not built yet (docs/mesh.md)")
         if count == 1:
             return cls(executor, options, Alone(options.timeout_seconds), attempt="")
-        gpu_class = GPU_CLASS_OF_VARIANT[ENGINE_VARIANT] if executor.is_gpu else GPUClass.NONE
         roster = rendezvous(options, declaration(options, executor="gpu" if executor.is_gpu else "cpu",
-                                                 devices=devices, gpu_class=gpu_class.name))
+                                                 devices=devices, gpu_class=_gpu_class(executor).name))
         collectives = Gloo(os.path.join(roster.directory, b"gloo.store"), options.host_domain_index, count,
                            options.timeout_seconds)
         return cls(executor, options, collectives, roster.attempt)
