@@ -2,7 +2,8 @@
 
     python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
 
-Actions: "gather" (describe the mesh and all-gather each host domain's index), "barrier" (a barrier, after the
+Actions: "gather" (describe the mesh, all-gather each host domain's index, then init a trainer over the mesh,
+which a world of several devices refuses), "barrier" (a barrier, after the
 others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it), "trainer" (init a tiny
 trainer over the mesh with the given "seed" and "depth"). The last line is the action's answer or
 {"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
@@ -25,6 +26,14 @@ def ready() -> None:
     clock[0] = time.monotonic()
 
 
+def tiny_trainer(executor, mesh, spec: dict) -> uform.Trainer:
+    return uform.Trainer.init_vram(executor, mesh=mesh, depth=spec.get("depth", 1), hidden=128,
+                                   seed=spec.get("seed", 1), objective=uform.Objective.JOINT,
+                                   schedule=uform.Schedule(steps=10),
+                                   batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
+                                                          max_columns_per_row=32))
+
+
 def main(spec: dict) -> dict:
     executor = uform.Executor.for_ram(device_count=spec.get("devices", 1))
     mesh = uform.Mesh.bootstrap(executor, uform.MeshOptions(
@@ -34,8 +43,13 @@ def main(spec: dict) -> dict:
     if action == "gather":
         gathered = mesh.collectives.all_gather(np.array([spec["index"]], np.int32))[:, 0].tolist()
         description = mesh.describe()
-        return {"gathered": gathered, "world_size": description.world_size, "first_rank": description.first_rank,
-                "backend": description.backend, "attempt": description.attempt}
+        found = {"gathered": gathered, "world_size": description.world_size, "first_rank": description.first_rank,
+                 "backend": description.backend, "attempt": description.attempt}
+        try:
+            tiny_trainer(executor, mesh, spec)
+        except uform.UFormError as error:
+            return found | {"trainer": error.code.name, "message": error.message}
+        return found | {"trainer": "made"}
     if action in ("barrier", "hang"):
         mesh.collectives.barrier()  # every process is connected now
         ready()
@@ -44,10 +58,7 @@ def main(spec: dict) -> dict:
         mesh.collectives.barrier()  # a peer is killed or stopped meanwhile
         return {"barrier": "passed"}
     if action == "trainer":
-        uform.Trainer.init_vram(executor, mesh=mesh, depth=spec.get("depth", 1), hidden=128, seed=spec["seed"],
-                                objective=uform.Objective.JOINT, schedule=uform.Schedule(steps=10),
-                                batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
-                                                       max_columns_per_row=32))
+        tiny_trainer(executor, mesh, spec)
         return {"trainer": "made"}
     raise SystemExit(f"unknown action {action!r}")
 

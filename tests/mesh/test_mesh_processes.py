@@ -11,7 +11,7 @@ pytest.importorskip("torch.distributed")
 
 
 @pytest.mark.parametrize("count", [2, 4])
-def test_processes_join_and_gather(tmp_path, count):
+def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path, count):
     found = answers(launch(tmp_path, count, 30, "gather", devices=2), 60)
     assert all("gathered" in answer for answer in found), found
     assert [answer["gathered"] for answer in found] == [list(range(count))] * count
@@ -19,6 +19,8 @@ def test_processes_join_and_gather(tmp_path, count):
     assert {answer["world_size"] for answer in found} == {2 * count}
     assert {answer["backend"] for answer in found} == {"gloo"}
     assert len({answer["attempt"] for answer in found}) == 1
+    assert {answer["trainer"] for answer in found} == {"UNSUPPORTED"}
+    assert all(f"mesh: a world of {2 * count} devices needs reductions" in answer["message"] for answer in found)
 
 
 def test_a_killed_peer_fails_the_others_collective_at_once(tmp_path):
@@ -52,7 +54,6 @@ def test_a_silent_peer_fails_the_others_collective_at_the_timeout(tmp_path):
     (dict(seed=[1, 2], depth=[1, 2]), ["CONFIG_MISMATCH"] * 2,
      ["depth (host domain 0: 1, host domain 1: 2)", "seed (host domain 0: 1, host domain 1: 2)"]),
     (dict(seed=1, depth=[1, -1]), ["CONFIG_MISMATCH", "INVALID_ARGUMENT"], ["depth"]),
-    (dict(seed=1), ["UNSUPPORTED"] * 2, ["a world of 2 devices"]),
 ])
 def test_trainers_agree_on_their_settings_across_processes(tmp_path, settings, codes, named):
     found = answers(launch(tmp_path, 2, 30, "trainer", **settings), 60)

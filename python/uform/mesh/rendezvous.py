@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from ..files import write_atomically
-from ..training.errors import ErrorCode, UFormError
+from ..training.errors import ErrorCode, UFormError, UFormOSError
 from .collectives import peer_lost
 from .options import MeshOptions
 
@@ -110,7 +110,11 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
     """Host domain 0: open a fresh attempt, clean older ones, wait for every declaration, admit or refuse."""
     attempt = secrets.token_hex(8)
     here = os.path.join(job, attempt.encode())
-    os.makedirs(here)
+    try:
+        os.makedirs(here)
+    except OSError as error:
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"mesh: cannot create {os.fsdecode(here)}: "
+                                                       f"{error.strerror}") from None
     opened = {"protocol": PROTOCOL, "attempt": attempt, "host": mine["host"], "pid": mine["pid"],
               "process": mine["process"]}
     _write(os.path.join(job, b"open.json"), opened)
