@@ -2,8 +2,8 @@
 
     python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
 
-Actions: "gather" (describe the mesh, all-gather each host domain's index, then init a trainer over the mesh,
-which a world of several devices refuses), "barrier" (a barrier, after the
+Actions: "gather" (describe the mesh, all-gather each host domain's index, broadcast host domain 1's words,
+then init a trainer over the mesh, which a world of several devices refuses), "barrier" (a barrier, after the
 others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it), "trainer" (init a tiny
 trainer over the mesh with the given "seed" and "depth"). The last line is the action's answer or
 {"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
@@ -43,8 +43,9 @@ def main(spec: dict) -> dict:
     if action == "gather":
         gathered = mesh.collectives.all_gather(np.array([spec["index"]], np.int32))[:, 0].tolist()
         description = mesh.describe()
-        found = {"gathered": gathered, "world_size": description.world_size, "first_rank": description.first_rank,
-                 "backend": description.backend, "attempt": description.attempt}
+        said = mesh.collectives.broadcast_bytes(f"from {spec['index']}".encode() if spec["index"] == 1 else None, 1)
+        found = {"gathered": gathered, "said": said.decode(), "world_size": description.world_size,
+                 "first_rank": description.first_rank, "backend": description.backend, "attempt": description.attempt}
         try:
             tiny_trainer(executor, mesh, spec)
         except uform.UFormError as error:

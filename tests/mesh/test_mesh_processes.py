@@ -15,6 +15,7 @@ def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path,
     found = answers(launch(tmp_path, count, 30, "gather", devices=2), 60)
     assert all("gathered" in answer for answer in found), found
     assert [answer["gathered"] for answer in found] == [list(range(count))] * count
+    assert [answer["said"] for answer in found] == ["from 1"] * count
     assert [answer["first_rank"] for answer in found] == [2 * index for index in range(count)]
     assert {answer["world_size"] for answer in found} == {2 * count}
     assert {answer["backend"] for answer in found} == {"gloo"}

@@ -13,6 +13,7 @@ broken: every later collective raises PEER_LOST at once, since the peers no long
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -41,7 +42,8 @@ class Collectives(ABC):
             return run()
         except RuntimeError as error:  # what a backend raises when a peer died or timed out
             self._broken = f"{verb}: {error}"
-            self._close()
+            with contextlib.suppress(RuntimeError):  # a backend that broke may fail to close, too
+                self._close()
             raise peer_lost(f"mesh: {verb} failed on host domain {self.rank} of {self.size}: a peer died or did "
                             f"not answer within {self.timeout_seconds:g} s ({error})") from None
 
