@@ -2,7 +2,8 @@
 
 ``Executor.for_vram(devices=[0, 1])`` names GPUs as the seeds do;
 ``Executor.for_ram()`` is the host CPU, which this project also trains on, with
-the same results bit for bit ("identical" numerics). ``default_executor()`` is
+the same results bit for bit ("identical" numerics); ``Executor.for_ram(device_count=4)``
+makes it four devices, one replica each in a mesh (docs/mesh.md). ``default_executor()`` is
 the first usable GPU, else the CPU, unless ``set_default_executor`` or the
 environment variable ``UFORM_DEVICE`` (``cpu`` or ``gpu:N``) says otherwise.
 
@@ -55,9 +56,12 @@ class Executor:
         return cls([Device.gpu(ordinal) for ordinal in ordinals])
 
     @classmethod
-    def for_ram(cls) -> Executor:
-        """The host CPU."""
-        return cls([Device.cpu()])
+    def for_ram(cls, device_count: int = 1) -> Executor:
+        """The host CPU, as `device_count` devices: one replica each in a mesh, as GPUs would hold them (what
+        tests of several devices run on a machine without GPUs). The devices share the CPU's cores."""
+        if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
+            raise _refused(f"Executor.for_ram: device_count must be a positive integer, got {device_count!r}")
+        return cls([Device.cpu() for _ in range(device_count)])
 
     @property
     def is_gpu(self) -> bool:

@@ -124,10 +124,14 @@ def test_refused_steps_change_nothing():
 
 def test_unsupported_run_options_are_named():
     executor = uform.Executor.for_ram()
+    batch = uform.BatchShape(max_rows_per_device=1, max_segments_per_device=1, max_columns_per_row=8)
     with pytest.raises(uform.UFormError, match="mesh") as error:
         uform.Trainer.init_vram(executor, mesh=object(), depth=1, hidden=128, schedule=uform.Schedule(steps=1),
-                                batch=uform.BatchShape(max_rows_per_device=1, max_segments_per_device=1,
-                                                       max_columns_per_row=8))
+                                batch=batch)
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(uform.UFormError, match="world of 2 devices") as error:
+        uform.Trainer.init_vram(uform.Executor.for_ram(device_count=2), depth=1, hidden=128, batch=batch,
+                                schedule=uform.Schedule(steps=1))
     assert error.value.code == uform.ErrorCode.UNSUPPORTED
     with pytest.raises(uform.UFormError, match="hidden"):
         uform.Trainer.init_vram(executor, depth=1, hidden=100, schedule=uform.Schedule(steps=1))

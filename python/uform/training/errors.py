@@ -32,6 +32,8 @@ class ErrorCode(IntEnum):
     """A file fails its checksums or its structure: modified, truncated, or not a checkpoint at all."""
     DEVICE_LOST = 6
     """The engine failed mid-call; the state on the device is unknown until a state is loaded again."""
+    PEER_LOST = 7
+    """A process of the mesh never arrived, died, or did not answer within the mesh's timeout."""
 
 
 class UFormError(Exception):

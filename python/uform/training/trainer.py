@@ -17,14 +17,17 @@ trainer's lock, so calls from several threads run one at a time (``docs/guarante
 whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
 A positive ``late_interaction.weight`` trains the token head on the items whose ``sides`` name them
 queries or documents; a positive ``choices.weight`` trains the masked head's distribution over each
-choosing item's legal bytes (``text_choose`` reads it back). Not yet supported, each refused with
-``UNSUPPORTED`` naming what: a mesh (several processes), several devices per executor. ``close()``
-stops the trainer's threads.
+choosing item's legal bytes (``text_choose`` reads it back). A ``mesh`` (``uform.Mesh``) whose world is one
+device trains as no mesh does; every process of a mesh checks at init that all passed the same geometry,
+objective and seed (CONFIG_MISMATCH on every one, naming the differences). A world of several devices (a mesh's,
+or an executor's) is refused with ``UNSUPPORTED`` until the split-independent reductions exist (docs/mesh.md).
+``close()`` stops the trainer's threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from dataclasses import replace
@@ -35,7 +38,8 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels import EngineError
-from ..executor import Executor, run_numerics
+from ..executor import Executor, numeric_mode, run_numerics
+from ..mesh import Mesh
 from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
@@ -65,8 +69,9 @@ DECODE_AHEAD = 2
 class Trainer:
     """A training run on the device of the executor it was created on."""
 
-    def __init__(self, *, executor: Executor, run, seed: int, model: EncoderModel, step: int):
+    def __init__(self, *, executor: Executor, mesh: Mesh | None, run, seed: int, model: EncoderModel, step: int):
         self._executor = executor
+        self._mesh = mesh
         self._run = run
         self._seed = seed
         self._model = model
@@ -96,14 +101,32 @@ class Trainer:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
                                                          f"{type(executor).__name__}")
         if mesh is not None:
-            raise UFormError(ErrorCode.UNSUPPORTED, "mesh: multi-process runs are not supported yet")
-        if len(executor.devices) != 1:
-            raise UFormError(ErrorCode.UNSUPPORTED, f"executor: {len(executor.devices)} devices; one device per "
-                                                    "trainer is supported today")
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
-        run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule)
-        numerics = None if numerics is None else run_numerics(numerics, executor)
+            if not isinstance(mesh, Mesh):
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"mesh: expected uform.Mesh, got {type(mesh).__name__}")
+            if mesh.executor is not executor:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, "mesh: it was made over another executor; pass the "
+                                                             "executor the mesh was bootstrapped with")
+        try:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
+            run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices,
+                               schedule)
+            requested = numerics
+            numerics = None if numerics is None else run_numerics(numerics, executor)
+        except UFormError as refusal:
+            if mesh is not None:
+                mesh.agree("Trainer.init_vram", refusal)
+            raise
+        if mesh is not None:
+            mode = requested if requested is not None else "the checkpoint's" if resume is not None else numeric_mode()
+            mesh.agree("Trainer.init_vram", {"run": json.loads(checkpoint.run_json(run)), "seed": int(seed),
+                                             "numerics": mode, "resume": resume is not None,
+                                             "training": bool(training)})
+        world = mesh.describe().world_size if mesh is not None else len(executor.devices)
+        if world > 1:
+            raise UFormError(ErrorCode.UNSUPPORTED, f"{'mesh' if mesh is not None else 'executor'}: a world of {world} "
+                             "devices needs reductions whose result does not depend on how the devices share the "
+                             "batch (docs/mesh.md, 'Identical across splits'), which are not built yet")
         late = run.late_interaction
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
                                    objective=run.objective, max_columns=run.batch.max_columns_per_row,
@@ -126,7 +149,7 @@ class Trainer:
             numerics = numerics or run_numerics(None, executor)
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
         model = EncoderModel(executor.devices[0], geometry, state, widths, training=training, numerics=numerics)
-        return cls(executor=executor, run=run, seed=int(seed), model=model, step=step)
+        return cls(executor=executor, mesh=mesh, run=run, seed=int(seed), model=model, step=step)
 
     @contextlib.contextmanager
     def _device_call(self):
@@ -172,6 +195,11 @@ class Trainer:
     def completed_steps(self) -> int:
         """Optimizer steps applied, across resumes."""
         return self._step
+
+    @property
+    def mesh(self) -> Mesh | None:
+        """The mesh the run spans (the trainer borrows it), or None for a process alone."""
+        return self._mesh
 
     @property
     def run(self):

@@ -1,0 +1,90 @@
+"""``MeshOptions``: where and how one process joins a run, and :func:`checked_options`, its one door.
+
+The seeds name four fields (``host_domain_index``, ``host_domain_count``, ``directory``, ``job``) and let a
+binding's defaults fill the rest (``..MeshOptions::default()`` in Rust); this project adds one,
+``timeout_seconds``. As in every config, a field left out is zero and derives:
+
+- ``host_domain_index``: this process's place, 0 .. host_domain_count - 1 (zero is host domain 0, a value).
+- ``host_domain_count``: processes in the run, one per host domain; zero derives 1, a process alone.
+- ``directory``: the shared directory the processes meet through, as ``os.fsencode`` gives its bytes; needed
+  when host_domain_count > 1 (a run alone writes no file).
+- ``job``: the run's name, a ``str``: the subdirectory of ``directory`` its files live in; needed when
+  host_domain_count > 1. Letters, digits, ``.``, ``_`` and ``-``, at most 100, not starting with ``.``.
+- ``timeout_seconds``: how long the rendezvous waits for every process, and each collective for every peer,
+  before it raises PEER_LOST; zero derives DEFAULT_TIMEOUT_SECONDS.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import re
+from dataclasses import dataclass, replace
+
+from ..training.errors import ErrorCode, UFormError
+
+DEFAULT_TIMEOUT_SECONDS = 300.0
+"""A rendezvous or collective waits this long for its peers unless ``timeout_seconds`` says otherwise: room for
+hosts that start minutes apart, and for a slow host's step."""
+JOB_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+"""A job name: one path component that no file system reads as special."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeshOptions:
+    """How one process joins a mesh: its place among the run's processes and where they meet."""
+
+    host_domain_index: int = 0
+    """This process's host domain, 0 .. host_domain_count - 1."""
+    host_domain_count: int = 0
+    """The run's processes, one per host domain; zero derives 1."""
+    directory: bytes | str | os.PathLike = b""
+    """The directory every process reaches (shared storage); needed for several host domains."""
+    job: str = ""
+    """The run's name, the subdirectory of ``directory`` its files live in; needed for several host domains."""
+    timeout_seconds: float = 0.0
+    """Seconds a rendezvous or collective waits for its peers before PEER_LOST; zero derives 300."""
+
+
+def _invalid(field: str, message: str) -> UFormError:
+    return UFormError(ErrorCode.INVALID_ARGUMENT, f"MeshOptions.{field}: {message}")
+
+
+def _integer(field: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise _invalid(field, f"must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def checked_options(options) -> MeshOptions:
+    """The options with every zero derived and the directory as bytes, or INVALID_ARGUMENT naming the field."""
+    if not isinstance(options, MeshOptions):
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"options: expected uform.MeshOptions, got "
+                                                     f"{type(options).__name__}")
+    count = _integer("host_domain_count", options.host_domain_count) or 1
+    index = _integer("host_domain_index", options.host_domain_index)
+    if index >= count:
+        raise _invalid("host_domain_index", f"{index} is not below host_domain_count {count}")
+    timeout = options.timeout_seconds
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) or timeout < 0:
+        raise _invalid("timeout_seconds", f"must be a finite number of seconds >= 0, got {timeout!r}")
+    try:
+        directory = os.fsencode(options.directory)
+    except TypeError:
+        raise _invalid("directory", f"must be a path (bytes, str or os.PathLike), got "
+                                    f"{type(options.directory).__name__}") from None
+    if not isinstance(options.job, str):
+        raise _invalid("job", f"must be a str, got {type(options.job).__name__}")
+    if options.job and not JOB_NAME.fullmatch(options.job):
+        raise _invalid("job", f"{options.job!r} is not a job name (letters, digits, '.', '_' and '-', at most 100, "
+                              "not starting with '.')")
+    if count > 1:
+        if not directory:
+            raise _invalid("directory", f"a mesh of {count} host domains meets through a shared directory; none given")
+        if not options.job:
+            raise _invalid("job", f"a mesh of {count} host domains needs a job name; none given")
+        if not os.path.isdir(directory):
+            raise _invalid("directory", f"{os.fsdecode(directory)} is not a directory")
+    return replace(options, host_domain_index=index, host_domain_count=count, directory=directory,
+                   timeout_seconds=float(timeout) or DEFAULT_TIMEOUT_SECONDS)

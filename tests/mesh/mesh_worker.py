@@ -1,0 +1,72 @@
+"""One process of a test mesh: joins as its JSON argument says, runs one action, prints one JSON line.
+
+    python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
+
+Actions: "gather" (describe the mesh, all-gather each host domain's index, broadcast host domain 1's words,
+then init a trainer over the mesh, which a world of several devices refuses), "barrier" (a barrier, after the
+others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it), "trainer" (init a tiny
+trainer over the mesh with the given "seed" and "depth"). The last line is the action's answer or
+{"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
+before it.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+import uform
+
+clock = [time.monotonic()]
+
+
+def ready() -> None:
+    print(json.dumps({"ready": True}), flush=True)
+    clock[0] = time.monotonic()
+
+
+def tiny_trainer(executor, mesh, spec: dict) -> uform.Trainer:
+    return uform.Trainer.init_vram(executor, mesh=mesh, depth=spec.get("depth", 1), hidden=128,
+                                   seed=spec.get("seed", 1), objective=uform.Objective.JOINT,
+                                   schedule=uform.Schedule(steps=10),
+                                   batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
+                                                          max_columns_per_row=32))
+
+
+def main(spec: dict) -> dict:
+    executor = uform.Executor.for_ram(device_count=spec.get("devices", 1))
+    mesh = uform.Mesh.bootstrap(executor, uform.MeshOptions(
+        host_domain_index=spec["index"], host_domain_count=spec["count"], directory=spec["directory"],
+        job=spec.get("job", "test"), timeout_seconds=spec["timeout"]))
+    action = spec["action"]
+    if action == "gather":
+        gathered = mesh.collectives.all_gather(np.array([spec["index"]], np.int32))[:, 0].tolist()
+        description = mesh.describe()
+        said = mesh.collectives.broadcast_bytes(f"from {spec['index']}".encode() if spec["index"] == 1 else None, 1)
+        found = {"gathered": gathered, "said": said.decode(), "world_size": description.world_size,
+                 "first_rank": description.first_rank, "backend": description.backend, "attempt": description.attempt}
+        try:
+            tiny_trainer(executor, mesh, spec)
+        except uform.UFormError as error:
+            return found | {"trainer": error.code.name, "message": error.message}
+        return found | {"trainer": "made"}
+    if action in ("barrier", "hang"):
+        mesh.collectives.barrier()  # every process is connected now
+        ready()
+        if action == "hang":
+            time.sleep(120)
+        mesh.collectives.barrier()  # a peer is killed or stopped meanwhile
+        return {"barrier": "passed"}
+    if action == "trainer":
+        tiny_trainer(executor, mesh, spec)
+        return {"trainer": "made"}
+    raise SystemExit(f"unknown action {action!r}")
+
+
+if __name__ == "__main__":
+    try:
+        answer = main(json.loads(sys.argv[1]))
+    except uform.UFormError as error:
+        answer = {"code": error.code.name, "message": error.message}
+    print(json.dumps(answer | {"seconds": time.monotonic() - clock[0]}), flush=True)

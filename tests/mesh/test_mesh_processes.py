@@ -1,0 +1,64 @@
+"""Meshes of several processes joined through a temporary directory: gloo collectives, agreement, faults."""
+
+import signal
+import time
+
+import pytest
+
+from processes import answers, launch, next_line
+
+pytest.importorskip("torch.distributed")
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path, count):
+    found = answers(launch(tmp_path, count, 30, "gather", devices=2), 60)
+    assert all("gathered" in answer for answer in found), found
+    assert [answer["gathered"] for answer in found] == [list(range(count))] * count
+    assert [answer["said"] for answer in found] == ["from 1"] * count
+    assert [answer["first_rank"] for answer in found] == [2 * index for index in range(count)]
+    assert {answer["world_size"] for answer in found} == {2 * count}
+    assert {answer["backend"] for answer in found} == {"gloo"}
+    assert len({answer["attempt"] for answer in found}) == 1
+    assert {answer["trainer"] for answer in found} == {"UNSUPPORTED"}
+    assert all(f"mesh: a world of {2 * count} devices needs reductions" in answer["message"] for answer in found)
+
+
+def test_a_killed_peer_fails_the_others_collective_at_once(tmp_path):
+    survivor, victim = launch(tmp_path, 2, 20, ["barrier", "hang"])
+    try:
+        assert next_line(survivor, 30) == {"ready": True} and next_line(victim, 30) == {"ready": True}
+        victim.send_signal(signal.SIGKILL)
+        answer, = answers([survivor], 30)
+    finally:
+        victim.kill()
+        victim.wait()
+    assert answer["code"] == "PEER_LOST", answer
+    assert "barrier" not in answer and "all_gather failed on host domain 0 of 2" in answer["message"]
+    assert answer["seconds"] < 20 and answer["returncode"] == 0
+
+
+def test_a_silent_peer_fails_the_others_collective_at_the_timeout(tmp_path):
+    survivor, victim = launch(tmp_path, 2, 3, ["barrier", "hang"])
+    try:
+        assert next_line(survivor, 30) == {"ready": True} and next_line(victim, 30) == {"ready": True}
+        victim.send_signal(signal.SIGSTOP)
+        answer, = answers([survivor], 30)
+    finally:
+        victim.kill()
+        victim.wait()
+    assert answer["code"] == "PEER_LOST" and "within 3 s" in answer["message"], answer
+    assert 2.5 <= answer["seconds"] < 10 and answer["returncode"] == 0
+
+
+@pytest.mark.parametrize("settings, codes, named", [
+    (dict(seed=[1, 2], depth=[1, 2]), ["CONFIG_MISMATCH"] * 2,
+     ["depth (host domain 0: 1, host domain 1: 2)", "seed (host domain 0: 1, host domain 1: 2)"]),
+    (dict(seed=1, depth=[1, -1]), ["CONFIG_MISMATCH", "INVALID_ARGUMENT"], ["depth"]),
+])
+def test_trainers_agree_on_their_settings_across_processes(tmp_path, settings, codes, named):
+    found = answers(launch(tmp_path, 2, 30, "trainer", **settings), 60)
+    assert [answer.get("code") for answer in found] == codes, found
+    assert all(name in answer["message"] for answer in found for name in named), found
+    if codes[1] == "INVALID_ARGUMENT":
+        assert "host domain 1 refused its own: INVALID_ARGUMENT" in found[0]["message"]
