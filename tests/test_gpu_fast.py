@@ -146,11 +146,6 @@ def test_encoder_fast_runs_repeat_their_bits_and_track_identical_mode(tmp_path):
     identical = encoder_run("identical", tmp_path / "identical.safetensors")
     assert first == second, (first, second)
     assert first != identical  # the fast kernels ran: bf16 products give other bits than the identical ones
-    # (the files' headers may list their metadata in another order: safetensors keeps it in a hash map)
-    saved = [uform.training.checkpoint.read_tensors(tmp_path / name, optimizer=True)
-             for name in ("first.safetensors", "second.safetensors")]
-    assert saved[0][0] == saved[1][0] and saved[0][0]["numerics"] == "fast"
-    assert saved[0][1].keys() == saved[1][1].keys()
-    assert all(np.array_equal(saved[0][1][name].view(np.uint32), saved[1][1][name].view(np.uint32))
-               for name in saved[0][1])
+    assert (tmp_path / "first.safetensors").read_bytes() == (tmp_path / "second.safetensors").read_bytes()
+    assert uform.training.checkpoint.read_tensors(tmp_path / "first.safetensors")[0]["numerics"] == "fast"
     assert abs(first[-1] - identical[-1]) < 0.02 * abs(identical[-1]), (first, identical)

@@ -92,6 +92,27 @@ def test_resume_continues_exactly(tmp_path):
     resumed.save(tmp_path / "resumed.safetensors")
     assert checkpoint_tensors_sha(tmp_path / "resumed.safetensors") == \
         checkpoint_tensors_sha(tmp_path / "straight.safetensors")
+    # the same state, the same bytes: the header's keys are sorted (checkpoint.canonical)
+    assert (tmp_path / "resumed.safetensors").read_bytes() == (tmp_path / "straight.safetensors").read_bytes()
+
+
+def test_a_checkpoint_header_is_canonical_whatever_order_safetensors_writes(tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import save
+
+    from uform.training.checkpoint import canonical
+
+    tensors = {"w": np.arange(6, dtype=np.float32), "b": np.ones(3, np.float32)}
+    fields = [("step", "7"), ("seed", "3"), ("run", "{}"), ("format", "x"), ("numerics", "fast")]
+    blobs = {canonical(save(tensors, metadata=dict(order))) for order in (fields, fields[::-1], fields[2:] + fields[:2])}
+    assert len(blobs) == 1
+    blob = blobs.pop()
+    header_length = int.from_bytes(blob[:8], "little")
+    assert header_length % 8 == 0 and blob[8:8 + header_length].startswith(b'{"__metadata__":{"format":"x"')
+    (tmp_path / "c.safetensors").write_bytes(blob)
+    with safe_open(tmp_path / "c.safetensors", "numpy") as file:
+        assert file.metadata() == dict(fields)
+        assert np.array_equal(file.get_tensor("w"), tensors["w"]) and np.array_equal(file.get_tensor("b"), tensors["b"])
 
 
 def test_resume_of_another_geometry_is_a_config_mismatch(tmp_path):

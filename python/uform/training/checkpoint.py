@@ -1,4 +1,5 @@
-"""The Trainer's checkpoint: one safetensors file, written whole and renamed into place.
+"""The Trainer's checkpoint: one safetensors file, written whole and renamed into place, its header's keys
+sorted (``canonical``), so the same state always gives the same bytes.
 
 The Trainer's ``HostState`` (``uform.nn.resident``) as tensors, each float32 in the encoder's flat order
 (names from ``encoder_registry``):
@@ -98,8 +99,18 @@ def write(path, registry: list[dict], state: HostState, *, step: int, seed: int,
     if numerics != "identical":
         metadata["numerics"] = numerics
     metadata["metadata_sha256"] = metadata_digest(metadata)
-    write_atomically(path, [save(tensors, metadata=metadata)])
+    write_atomically(path, [canonical(save(tensors, metadata=metadata))])
     return True
+
+
+def canonical(blob: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys sorted. safetensors writes the metadata in a hash map's
+    order, which changes from save to save; sorted, the same state always gives the same bytes. The tensors'
+    data offsets count from the end of the header, so they hold whatever the header's length."""
+    length = int.from_bytes(blob[:8], "little")
+    header = json.dumps(json.loads(blob[8:8 + length]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # the data stays 8-byte aligned, as safetensors writes it
+    return len(header).to_bytes(8, "little") + header + blob[8 + length:]
 
 
 def metadata_digest(metadata: dict) -> str:
