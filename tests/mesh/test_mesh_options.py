@@ -28,6 +28,8 @@ def test_the_directory_crosses_as_bytes(tmp_path):
     (dict(host_domain_count=True), "MeshOptions.host_domain_count: must be a non-negative integer"),
     (dict(timeout_seconds=-1), "MeshOptions.timeout_seconds"),
     (dict(timeout_seconds=float("inf")), "MeshOptions.timeout_seconds"),
+    (dict(timeout_seconds=1e12), "MeshOptions.timeout_seconds: 1000000000000.0 passes the longest wait"),
+    (dict(host_domain_count=10**9), "MeshOptions.host_domain_count: 1000000000 passes the 65536"),
     (dict(directory=3), "MeshOptions.directory: must be a path"),
     (dict(job=b"run"), "MeshOptions.job: must be a str"),
     (dict(job="../escape"), "MeshOptions.job: '../escape' is not a job name"),
@@ -74,3 +76,11 @@ def test_a_process_alone_writes_nothing(tmp_path, devices):
     with pytest.raises(uform.UFormError, match="closed") as error:
         mesh.collectives.barrier()
     assert error.value.code == uform.ErrorCode.PEER_LOST
+
+
+def test_a_directory_that_is_not_utf8_is_refused_before_any_file(tmp_path):
+    directory = os.path.join(os.fsencode(tmp_path), b"caf\xe9")
+    os.mkdir(directory)
+    with pytest.raises(uform.UFormError, match=r"MeshOptions.directory: .*caf\\xe9 is not UTF-8") as refused:
+        checked_options(uform.MeshOptions(host_domain_index=0, host_domain_count=2, directory=directory, job="j"))
+    assert refused.value.code == uform.ErrorCode.INVALID_ARGUMENT and os.listdir(directory) == []

@@ -1,7 +1,6 @@
 """Meshes of several processes joined through a temporary directory: gloo collectives, agreement, faults."""
 
 import signal
-import time
 
 import pytest
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import uform
-from uform.training.checkpoint import read_tensors
 
 TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france"]
 PAIRS = uform.Relations(attract=(np.arange(5), [1, 0, 3, 2]))
@@ -18,8 +17,7 @@ def tiny(executor, mesh=None):
 
 
 def test_a_world_of_one_gives_the_bits_of_no_mesh(tmp_path):
-    """Every tensor (weights and AdamW moments) and every metadata field; the file bytes themselves differ run to
-    run, since safetensors writes the metadata keys in a hash map's order."""
+    """The same checkpoint file, byte for byte: every tensor (weights and AdamW moments) and the metadata."""
     checkpoints = []
     for name, use_mesh in (("alone", False), ("mesh", True)):
         executor = uform.Executor.for_ram()
@@ -33,10 +31,7 @@ def test_a_world_of_one_gives_the_bits_of_no_mesh(tmp_path):
         trainer.save(checkpoints[-1])
         trainer.close()
     assert stats.masked_text_loss > 0 and stats.contrastive_loss > 0
-    (alone_metadata, alone), (mesh_metadata, meshed) = (read_tensors(path, optimizer=True) for path in checkpoints)
-    assert alone_metadata == mesh_metadata and alone.keys() == meshed.keys()
-    for name, tensor in alone.items():
-        assert tensor.tobytes() == meshed[name].tobytes(), name
+    assert checkpoints[0].read_bytes() == checkpoints[1].read_bytes()
 
 
 def test_a_mesh_over_another_executor_is_refused():

@@ -40,6 +40,11 @@ class Gloo(Collectives):
 
     backend = "gloo"
 
+    @staticmethod
+    def require() -> None:
+        """UNSUPPORTED unless this process has torch with gloo."""
+        _torch_distributed()
+
     def __init__(self, store_path: bytes, rank: int, size: int, timeout_seconds: float):
         super().__init__(rank, size, timeout_seconds)
         self._torch, distributed = _torch_distributed()

@@ -60,6 +60,7 @@ class Mesh:
                              f"{devices}) need the NCCL backend, which is not built yet (docs/mesh.md)")
         if count == 1:
             return cls(executor, options, Alone(options.timeout_seconds), attempt="")
+        Gloo.require()  # before the rendezvous: a process without the backend must not keep the others waiting
         roster = rendezvous(options, declaration(options, executor="gpu" if executor.is_gpu else "cpu",
                                                  devices=devices, gpu_class=_gpu_class(executor).name))
         collectives = Gloo(os.path.join(roster.directory, b"gloo.store"), options.host_domain_index, count,

@@ -57,18 +57,33 @@ def _integer(field: str, value) -> int:
     return int(value)
 
 
+MAX_HOST_DOMAINS = 65536
+"""The most processes a mesh joins (the rendezvous reads a file of each)."""
+MAX_TIMEOUT_SECONDS = 1e7
+"""The longest wait an option may ask (about 116 days; the backends' timers hold it)."""
+
+
+def shown(path: bytes) -> str:
+    """A path for a message: its bytes decoded, those that are not UTF-8 as backslash escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def checked_options(options) -> MeshOptions:
     """The options with every zero derived and the directory as bytes, or INVALID_ARGUMENT naming the field."""
     if not isinstance(options, MeshOptions):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"options: expected uform.MeshOptions, got "
                                                      f"{type(options).__name__}")
     count = _integer("host_domain_count", options.host_domain_count) or 1
+    if count > MAX_HOST_DOMAINS:
+        raise _invalid("host_domain_count", f"{count} passes the {MAX_HOST_DOMAINS} host domains a mesh joins")
     index = _integer("host_domain_index", options.host_domain_index)
     if index >= count:
         raise _invalid("host_domain_index", f"{index} is not below host_domain_count {count}")
     timeout = options.timeout_seconds
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) or timeout < 0:
         raise _invalid("timeout_seconds", f"must be a finite number of seconds >= 0, got {timeout!r}")
+    if timeout > MAX_TIMEOUT_SECONDS:
+        raise _invalid("timeout_seconds", f"{timeout!r} passes the longest wait, {MAX_TIMEOUT_SECONDS:g} s")
     try:
         directory = os.fsencode(options.directory)
     except TypeError:
@@ -85,6 +100,10 @@ def checked_options(options) -> MeshOptions:
         if not options.job:
             raise _invalid("job", f"a mesh of {count} host domains needs a job name; none given")
         if not os.path.isdir(directory):
-            raise _invalid("directory", f"{os.fsdecode(directory)} is not a directory")
+            raise _invalid("directory", f"{shown(directory)} is not a directory")
+        try:
+            directory.decode()
+        except UnicodeDecodeError:
+            raise _invalid("directory", f"{shown(directory)} is not UTF-8: gloo's store takes a text path") from None
     return replace(options, host_domain_index=index, host_domain_count=count, directory=directory,
                    timeout_seconds=float(timeout) or DEFAULT_TIMEOUT_SECONDS)

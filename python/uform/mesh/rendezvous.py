@@ -4,8 +4,9 @@ Everything lives under ``<directory>/<job>/``; every file is written whole (``fi
 reader sees nothing or all of it:
 
 - ``open.json``: host domain 0 opens an *attempt*, a fresh random identifier, and names it here.
-- ``<attempt>/host-<i>.json``: each process's *declaration*: its host domain, the run's size, its executor
-  (kind, devices, GPU class), its timeout, and a random identifier of the process itself.
+- ``<attempt>/host-<i>-<process>.json``: each process's *declaration*: its host domain, the run's size, its
+  executor (kind, devices, GPU class), its timeout, and a random identifier of the process itself, which the
+  name carries too, so two processes that claim one host domain never overwrite each other.
 - ``<attempt>/roster.json``: host domain 0, once every declaration is in and they agree, lists them all; a
   process is admitted when the roster names its own process identifier.
 - ``<attempt>/refused.json``: host domain 0 refuses the attempt instead (declarations that disagree, or peers
@@ -15,16 +16,20 @@ Host domain 0 removes every other entry of the job's directory when it opens an 
 aside first, so that no writer races the removal): an older attempt's files (a crashed or finished run of the
 same job) are cleaned, never joined. A process that read an older
 ``open.json`` before host domain 0 replaced it announces itself again in the new attempt; an older roster or
-refusal does not name its process identifier, so it never admits or refuses it. Every wait ends at the
-options' timeout with PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, later
-NCCL's unique id) goes in the attempt's directory after admission.
+refusal does not name its process identifier, so it never admits or refuses it. Host domain 0 reads every
+declaration in its attempt: two processes claiming one host domain (a leftover of an older launch, or a
+mistaken index), or a host domain past the count, refuse the attempt with CONFIG_MISMATCH naming them. Two
+processes that both open the job as host domain 0 find out from open.json or from their attempt's removal:
+the one that is not named raises CONFIG_MISMATCH at once. Every wait ends at the options' timeout with
+PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, later NCCL's unique id)
+goes in the attempt's directory after admission.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from ..files import write_atomically
 from ..training.errors import ErrorCode, UFormError, UFormOSError
 from .collectives import peer_lost
-from .options import MeshOptions
+from .options import MeshOptions, shown
 
 PROTOCOL = 1
 """The version of these files; a process of another version is refused."""
@@ -42,6 +47,8 @@ POLL_SECONDS = 0.05
 """How often a waiting process looks at the directory."""
 COMPARED = ("protocol", "host_domain_count", "executor", "devices", "gpu_class", "timeout_seconds")
 """The declaration fields every process of a run must agree on."""
+DECLARATION = re.compile(rb"host-[0-9]+-[0-9a-f]+\.json")
+"""The name of a declaration file: host-<host domain>-<process>.json."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +75,38 @@ def _read(path: bytes) -> dict | None:
             text = file.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"mesh: cannot read {shown(path)}: {error.strerror}") from None
     try:
         value = json.loads(text)
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise UFormError(ErrorCode.CORRUPTED, f"mesh: {os.fsdecode(path)} is not a file of uform's mesh protocol")
+        raise UFormError(ErrorCode.CORRUPTED, f"mesh: {shown(path)} is not a file of uform's mesh protocol")
     return value
+
+
+def _declarations(here: bytes) -> list[dict]:
+    """Every declaration written in attempt directory `here` (any host domain, any process), each checked to be
+    one of this protocol's."""
+    try:
+        names = os.listdir(here)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in sorted(names):
+        if DECLARATION.fullmatch(name):
+            member = _read(os.path.join(here, name))
+            if member is not None:
+                if not isinstance(member.get("host_domain_index"), int) or not isinstance(member.get("process"), str):
+                    raise UFormError(ErrorCode.CORRUPTED, f"mesh: {shown(os.path.join(here, name))} is not a "
+                                                          "declaration of uform's mesh protocol")
+                found.append(member)
+    return found
+
+
+def _declaration_name(member: dict) -> bytes:
+    return f"host-{member['host_domain_index']}-{member['process']}.json".encode()
 
 
 def _write(path: bytes, value: dict) -> None:
@@ -113,7 +145,7 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
     try:
         os.makedirs(here)
     except OSError as error:
-        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"mesh: cannot create {os.fsdecode(here)}: "
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"mesh: cannot create {shown(here)}: "
                                                        f"{error.strerror}") from None
     opened = {"protocol": PROTOCOL, "attempt": attempt, "host": mine["host"], "pid": mine["pid"],
               "process": mine["process"]}
@@ -121,48 +153,78 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
     for entry in os.listdir(job):
         if entry not in (attempt.encode(), b"open.json") and not entry.startswith(b"."):
             _remove(os.path.join(job, entry))
-    _write(os.path.join(here, b"host-0.json"), mine)
+    try:
+        _write(os.path.join(here, _declaration_name(mine)), mine)
+    except (UFormError, OSError):
+        _check_still_opener(options, job, here, mine)  # the attempt removed by another opener names the cause
+        raise
     count = options.host_domain_count
     while True:
-        now_open = _read(os.path.join(job, b"open.json"))
-        if now_open is None or now_open.get("process") != mine["process"]:
-            raise UFormError(ErrorCode.CONFIG_MISMATCH, f"mesh: job {options.job!r} was opened again as host domain "
-                             f"0 by {_who(now_open or {})} after this process ({_who(mine)}) opened it: two "
-                             "processes claim host_domain_index 0, or another launch of the job started")
-        members = [_read(os.path.join(here, f"host-{i}.json".encode())) for i in range(count)]
-        problem = disagreement([member for member in members if member is not None])
+        _check_still_opener(options, job, here, mine)
+        declared = _declarations(here)
+        problem = disagreement(declared) or _claims(declared, count)
         if problem is not None:
             error = UFormError(ErrorCode.CONFIG_MISMATCH, f"mesh: the processes of job {options.job!r} declare "
                                                           f"different meshes: {problem}")
-            _refuse(here, members, error)
+            _refuse(here, declared, error)
             raise error
-        missing = [i for i, member in enumerate(members) if member is None]
+        members = {member["host_domain_index"]: member for member in declared}
+        missing = [i for i in range(count) if i not in members]
         if not missing:
             break
         if time.monotonic() > deadline:
             error = peer_lost(_never_arrived(options, missing))
-            _refuse(here, members, error)
+            _refuse(here, declared, error)
             raise error
         time.sleep(POLL_SECONDS)
-    _write(os.path.join(here, b"roster.json"), {"attempt": attempt, "members": members})
-    return Roster(attempt, here, members)
+    roster = [members[i] for i in range(count)]
+    _write(os.path.join(here, b"roster.json"), {"attempt": attempt, "members": roster})
+    return Roster(attempt, here, roster)
+
+
+def _check_still_opener(options: MeshOptions, job: bytes, here: bytes, mine: dict) -> None:
+    """CONFIG_MISMATCH unless open.json still names this process and its attempt is still there: another
+    process opened the job as host domain 0 after (or while) this one did."""
+    now_open = _read(os.path.join(job, b"open.json"))
+    if now_open is None or now_open.get("process") != mine["process"] or not os.path.isdir(here):
+        raise UFormError(ErrorCode.CONFIG_MISMATCH, f"mesh: job {options.job!r} was opened again as host domain 0 "
+                         f"by {_who(now_open or {})} while this process ({_who(mine)}) held it: two processes claim "
+                         "host_domain_index 0, or another launch of the job started")
+
+
+def _claims(declared: list[dict], count: int) -> str | None:
+    """Host domains claimed by two processes, or past the count, named with each claimant; None if none."""
+    by_index: dict[int, list[dict]] = {}
+    for member in declared:
+        by_index.setdefault(member["host_domain_index"], []).append(member)
+    problems = [f"host domain {i} is claimed by " + " and ".join(_who(member) for member in claimants)
+                for i, claimants in sorted(by_index.items()) if len(claimants) > 1]
+    problems += [f"host domain {i} ({_who(claimants[0])}) is past host_domain_count {count}"
+                 for i, claimants in sorted(by_index.items()) if i >= count]
+    return "; ".join(problems) or None
 
 
 def _remove(stale: bytes) -> None:
-    """Remove an older attempt's entry. A directory is first renamed aside, atomically, so that a process still
-    writing its declaration into it (it read the older open.json) fails to, rather than racing the removal."""
-    if not os.path.isdir(stale):
-        with contextlib.suppress(FileNotFoundError):
+    """Remove an older attempt's entry, best effort (what stays is removed the next time). A directory is first
+    renamed aside, atomically, so that a process still writing its declaration into it (it read the older
+    open.json) fails to, rather than racing the removal; a link or a file is unlinked."""
+    try:
+        if os.path.islink(stale) or not os.path.isdir(stale):
             os.unlink(stale)
-        return
-    aside = os.path.join(os.path.dirname(stale), f"removed-{secrets.token_hex(8)}".encode())
-    with contextlib.suppress(FileNotFoundError):
+            return
+        aside = os.path.join(os.path.dirname(stale), f"removed-{secrets.token_hex(8)}".encode())
         os.rename(stale, aside)
-        shutil.rmtree(aside)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"mesh: cannot remove {shown(stale)}, left by an older "
+                                                       f"attempt: {error.strerror}") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
-def _refuse(here: bytes, members: list, error: UFormError) -> None:
-    seen = {str(member["host_domain_index"]): member["process"] for member in members if member is not None}
+def _refuse(here: bytes, members: list[dict], error: UFormError) -> None:
+    """refused.json: the error, and every process it refuses (seen: process identifiers)."""
+    seen = sorted(member["process"] for member in members)
     _write(os.path.join(here, b"refused.json"), {"code": error.code.name, "message": error.message, "seen": seen})
 
 
@@ -176,7 +238,7 @@ def _join_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
         if opened is not None and opened.get("attempt") != joined:
             attempt = str(opened.get("attempt")).encode()
             try:
-                _write(os.path.join(job, attempt, f"host-{index}.json".encode()), mine)
+                _write(os.path.join(job, attempt, _declaration_name(mine)), mine)
                 joined, opener = attempt.decode(), opened
             except (UFormError, OSError):
                 if os.path.isdir(os.path.join(job, attempt)):
@@ -184,11 +246,16 @@ def _join_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
         if joined is not None:
             here = os.path.join(job, joined.encode())
             refused = _read(os.path.join(here, b"refused.json"))
-            if refused is not None and refused.get("seen", {}).get(str(index)) == mine["process"]:
-                raise UFormError(ErrorCode[refused["code"]], f"{refused['message']} (refused by host domain 0)")
+            if refused is not None and mine["process"] in refused.get("seen", []):
+                code = ErrorCode.__members__.get(str(refused.get("code")), ErrorCode.CONFIG_MISMATCH)
+                raise UFormError(code, f"{refused.get('message')} (refused by host domain 0)")
             roster = _read(os.path.join(here, b"roster.json"))
             members = roster.get("members", []) if roster is not None else []
-            if len(members) > index and members[index].get("process") == mine["process"]:
+            if len(members) > index and isinstance(members[index], dict) and \
+                    members[index].get("process") == mine["process"]:
+                if len(members) != options.host_domain_count:
+                    raise UFormError(ErrorCode.CONFIG_MISMATCH, f"mesh: host domain 0 admitted {len(members)} host "
+                                     f"domains; this process declared {options.host_domain_count}")
                 return Roster(joined, here, members)
         if time.monotonic() > deadline:
             raise peer_lost(_never_admitted(options, index, job, opener))
@@ -203,13 +270,16 @@ def _never_arrived(options: MeshOptions, missing: list[int]) -> str:
 def _never_admitted(options: MeshOptions, index: int, job: bytes, opener: dict | None) -> str:
     """Why host domain `index` was not admitted: who is missing from the attempt it joined (`opener`, as open.json
     named it), as far as its files tell, or host domain 0 itself."""
-    where = f"job {options.job!r} in {os.fsdecode(options.directory)}"
+    where = f"job {options.job!r} in {shown(options.directory)}"
     if opener is None:
         return f"mesh: host domain 0 never opened {where} within {options.timeout_seconds:g} s"
-    attempt = f"attempt {opener['attempt']} opened by {_who(opener)}"
-    here = os.path.join(job, opener["attempt"].encode())
-    missing = [i for i in range(options.host_domain_count)
-               if not os.path.exists(os.path.join(here, f"host-{i}.json".encode()))]
+    attempt = f"attempt {opener.get('attempt')} opened by {_who(opener)}"
+    here = os.path.join(job, str(opener.get("attempt")).encode())
+    if not os.path.isdir(here):
+        return (f"mesh: host domain {index} joined {attempt} in {where}, whose directory was removed: another "
+                "process opened the job as host domain 0 since")
+    declared = {member["host_domain_index"] for member in _declarations(here)}
+    missing = [i for i in range(options.host_domain_count) if i not in declared]
     if missing:
         return f"{_never_arrived(options, missing)} ({attempt})"
     return (f"mesh: host domain {index} joined {attempt} in {where}, but host domain 0 never admitted it within "

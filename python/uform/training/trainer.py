@@ -100,13 +100,12 @@ class Trainer:
         if not isinstance(executor, Executor):
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
                                                          f"{type(executor).__name__}")
-        if mesh is not None:
-            if not isinstance(mesh, Mesh):
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"mesh: expected uform.Mesh, got {type(mesh).__name__}")
-            if mesh.executor is not executor:
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"mesh: expected uform.Mesh, got {type(mesh).__name__}")
+        try:
+            if mesh is not None and mesh.executor is not executor:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, "mesh: it was made over another executor; pass the "
                                                              "executor the mesh was bootstrapped with")
-        try:
             if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
             run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices,
