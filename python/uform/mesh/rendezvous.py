@@ -17,8 +17,9 @@ aside first, so that no writer races the removal): an older attempt's files (a c
 same job) are cleaned, never joined. A process that read an older
 ``open.json`` before host domain 0 replaced it announces itself again in the new attempt; an older roster or
 refusal does not name its process identifier, so it never admits or refuses it. Host domain 0 reads every
-declaration in its attempt: two processes claiming one host domain (a leftover of an older launch, or a
-mistaken index), or a host domain past the count, refuse the attempt with CONFIG_MISMATCH naming them. Two
+declaration in its attempt and decides once they have stayed unchanged for SETTLE_SECONDS: two processes
+claiming one host domain (a leftover of an older launch, or a mistaken index), or a host domain past the count,
+refuse the attempt with CONFIG_MISMATCH naming them. Two
 processes that both open the job as host domain 0 find out from open.json or from their attempt's removal:
 the one that is not named raises CONFIG_MISMATCH at once. Every wait ends at the options' timeout with
 PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, later NCCL's unique id)
@@ -45,6 +46,10 @@ PROTOCOL = 1
 """The version of these files; a process of another version is refused."""
 POLL_SECONDS = 0.05
 """How often a waiting process looks at the directory."""
+SETTLE_SECONDS = 0.5
+"""How long the declarations must stay unchanged before host domain 0 admits or refuses them: every process
+already waiting declares within a poll or two, so each is admitted, or refused with the rest (a second claimant
+of a host domain, a mismatch); one that arrives later waits for its own timeout."""
 COMPARED = ("protocol", "host_domain_count", "executor", "devices", "gpu_class", "timeout_seconds")
 """The declaration fields every process of a run must agree on."""
 DECLARATION = re.compile(rb"host-[0-9]+-[0-9a-f]+\.json")
@@ -159,21 +164,27 @@ def _open_attempt(options: MeshOptions, job: bytes, mine: dict, deadline: float)
         _check_still_opener(options, job, here, mine)  # the attempt removed by another opener names the cause
         raise
     count = options.host_domain_count
+    seen, settled_since = None, time.monotonic()  # the declarations last read, and since when they are unchanged
     while True:
         _check_still_opener(options, job, here, mine)
         declared = _declarations(here)
+        if [member["process"] for member in declared] != seen:
+            seen, settled_since = [member["process"] for member in declared], time.monotonic()
+        members = {member["host_domain_index"]: member for member in declared}
+        missing = [i for i in range(count) if i not in members]
         problem = disagreement(declared) or _claims(declared, count)
-        if problem is not None:
+        settled = time.monotonic() - settled_since >= SETTLE_SECONDS
+        if problem is not None and settled:
             error = UFormError(ErrorCode.CONFIG_MISMATCH, f"mesh: the processes of job {options.job!r} declare "
                                                           f"different meshes: {problem}")
             _refuse(here, declared, error)
             raise error
-        members = {member["host_domain_index"]: member for member in declared}
-        missing = [i for i in range(count) if i not in members]
-        if not missing:
+        if not missing and problem is None and settled:
             break
         if time.monotonic() > deadline:
-            error = peer_lost(_never_arrived(options, missing))
+            error = peer_lost(_never_arrived(options, missing)) if missing else UFormError(
+                ErrorCode.CONFIG_MISMATCH, f"mesh: the processes of job {options.job!r} declare different meshes: "
+                                           f"{problem}")
             _refuse(here, declared, error)
             raise error
         time.sleep(POLL_SECONDS)
