@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from . import _loader
 from .engine import ENGINE_VARIANT, Device, gpu_count
 
 NUMERIC_MODES = ("identical", "fast")
@@ -125,10 +126,8 @@ def run_numerics(numerics: str | None, executor: Executor) -> str:
     (its GEMMs): it is loaded here, and its absence refused with UNSUPPORTED, before any device work."""
     mode = numeric_mode() if numerics is None else _checked_mode(numerics, "numerics")
     if mode == "fast" and executor.is_gpu:
-        from ._loader import load_cublas
-
         try:
-            load_cublas()
+            _loader.load_cublas()
         except OSError as error:
             raise _refused(f"numerics: fast mode's GEMMs need cuBLAS: {error}", "UNSUPPORTED",
                            "UFormRuntimeError") from None

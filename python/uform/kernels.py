@@ -179,24 +179,36 @@ def _gemm_chunks(m: int, n: int, k: int) -> int:
     return int(_engine.gemm_chunks(m, n, k))
 
 
+def _gemm_operands(what: str, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, transpose_a: bool,
+                   transpose_b: bool):
+    """The device of a product's operands, after checking its form and their sizes."""
+    if transpose_a and transpose_b:
+        raise ValueError(f"{what} supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
+    if min(m, n, k) < 1:
+        raise ValueError(f"{what} sizes must be positive, got m={m}, n={n}, k={k}")
+    device = _device_of((c, a, b))
+    _expect(a, "A", m * k)
+    _expect(b, "B", k * n)
+    _expect(c, "C", m * n)
+    return device
+
+
+def _scratch_bytes(device, nbytes: int) -> Buffer:
+    """The device's shared workspace (Device.scratch), at least `nbytes` long."""
+    return device.scratch(-(-nbytes // 4))
+
+
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
                transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
     yet the trainers' GEMM; layouts as ``gemm``."""
-    if transpose_a and transpose_b:
-        raise ValueError("gemm_exact supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
-    if min(m, n, k) < 1:
-        raise ValueError(f"gemm_exact sizes must be positive, got m={m}, n={n}, k={k}")
     if k > EXACT_GEMM_MAX_K:
         raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
-    device = _device_of((c, a, b))
-    _expect(a, "A", m * k)
-    _expect(b, "B", k * n)
-    _expect(c, "C", m * n)
-    workspace = device.scratch(-(-_engine.gemm_exact_workspace(m, n, k) // 4))
+    device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
+    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k))
     _call("gemm_exact", _engine.gemm_exact, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), workspace.address)
+          bool(transpose_b), bool(accumulate), 0, 0, workspace.address)
 
 
 def cast_bf16(y: Buffer, x: Buffer) -> None:
@@ -214,21 +226,14 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
     copies from a16 and b16 when given (``cast_bf16`` of A and of B, made once for several products) and
     rounding them itself otherwise; on the CPU, fast mode runs this identical GEMM and ignores the copies."""
-    if transpose_a and transpose_b:
-        raise ValueError("gemm supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
-    if min(m, n, k) < 1:
-        raise ValueError(f"gemm sizes must be positive, got m={m}, n={n}, k={k}")
-    device = _device_of((c, a, b))
-    _expect(a, "A", m * k)
-    _expect(b, "B", k * n)
-    _expect(c, "C", m * n)
+    device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "")
     if fast and device.is_gpu:
         load_cublas()  # once per process; raises OSError naming where it looked
         for name, copy, of in (("a16", a16, a), ("b16", b16, b)):
             if copy is not None:
                 _expect(copy, name, of.size, np.uint16)
-        workspace = device.scratch(-(-_engine.gemm_fast_workspace(m, n, k) // 4))
+        workspace = _scratch_bytes(device, _engine.gemm_fast_workspace(m, n, k))
         _call("gemm_fast", _engine.gemm_fast, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
               bool(transpose_b), bool(accumulate), 0 if a16 is None else a16.address,
               0 if b16 is None else b16.address, workspace.address, label=label + "_fast")
@@ -236,7 +241,7 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     chunks = _gemm_chunks(m, n, k)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
     _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), partials, label=label + ("_split_k" if chunks > 1 else ""))
+          bool(accumulate), 0, 0, partials, label=label + ("_split_k" if chunks > 1 else ""))
 
 
 # ---- rows ------------------------------------------------------------------------------------
