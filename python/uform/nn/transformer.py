@@ -128,40 +128,38 @@ class StackWork:
 
 
 @dataclass
-class LayerCopies:
-    """Fast mode's bf16 copies (``kernels.cast_bf16``) of one block's GEMM inputs, made once in the forward and
-    read again by the backward's weight gradients; in identical mode every field is None."""
+class Bf16Copies:
+    """Fast mode's bf16 copies (``kernels.cast_bf16``) of some buffers of a set, under the same names: each
+    rounded once and read by several products. In identical mode every field is None."""
+
+    @classmethod
+    def of(cls, buffers, fast: bool):
+        """A uint16 copy of each of `buffers`' fields this class names (none unless `fast`)."""
+        if not fast:
+            return cls()
+        return cls(**{f.name: getattr(buffers, f.name).device.empty(getattr(buffers, f.name).shape, np.uint16)
+                      for f in fields(cls)})
+
+
+@dataclass
+class LayerCopies(Bf16Copies):
+    """One block's GEMM inputs (LayerActivations), made in the forward, read again by the weight gradients."""
 
     a: Buffer | None = None
     o: Buffer | None = None
     m: Buffer | None = None
     s: Buffer | None = None
 
-    @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> LayerCopies:
-        if not fast:
-            return cls()
-        return cls(a=device.empty((n, g.width), np.uint16), o=device.empty((n, g.q_width), np.uint16),
-                   m=device.empty((n, g.width), np.uint16), s=device.empty((n, g.mlp), np.uint16))
-
 
 @dataclass
-class WorkCopies:
-    """Fast mode's bf16 copies of the backward's gradients, each read by two products; None in identical mode."""
+class WorkCopies(Bf16Copies):
+    """The backward's gradients (StackWork) that two products each read."""
 
     dh: Buffer | None = None
     du: Buffer | None = None
     dq: Buffer | None = None
     dk: Buffer | None = None
     dv: Buffer | None = None
-
-    @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> WorkCopies:
-        if not fast:
-            return cls()
-        return cls(dh=device.empty((n, g.width), np.uint16), du=device.empty((n, g.mlp), np.uint16),
-                   dq=device.empty((n, g.q_width), np.uint16), dk=device.empty((n, g.kv_width), np.uint16),
-                   dv=device.empty((n, g.kv_width), np.uint16))
 
 
 @dataclass
@@ -199,10 +197,10 @@ class TransformerStack:
 
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
-        return StackBuffers(layers=[LayerActivations.allocate(d, g, n) for _ in range(g.layers)],
-                            work=StackWork.allocate(d, g, n),
-                            copies=[LayerCopies.allocate(d, g, n, self.fast) for _ in range(g.layers)],
-                            work_copies=WorkCopies.allocate(d, g, n, self.fast))
+        layers = [LayerActivations.allocate(d, g, n) for _ in range(g.layers)]
+        work = StackWork.allocate(d, g, n)
+        return StackBuffers(layers=layers, work=work, copies=[LayerCopies.of(layer, self.fast) for layer in layers],
+                            work_copies=WorkCopies.of(work, self.fast))
 
     def buffers(self, n: int) -> StackBuffers:
         """The activations and work buffers for n tokens, made on first use (the few most recent token
