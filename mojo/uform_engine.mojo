@@ -12,7 +12,7 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import (Args, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
+from engine.launch import (Args, DevicePtr, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
                            launch_gpu_teams, launch_index, launch_rows, launch_teams)
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
@@ -146,100 +146,70 @@ def fast_attention_kernel[body: GpuTeamBody, registers: Int](
     raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
-def gemm_product(
-    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
-    M: PythonObject, N: PythonObject, K: PythonObject,
-    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, partials: PythonObject,
-) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) (see kernels/gemm.mojo); partials: the split-k workspace or 0."""
-    var dev = device_of(device)
-    var cp = f32_at(Int(py=c))
-    var ap = f32_at(Int(py=a))
-    var bp = f32_at(Int(py=b))
-    var work = f32_at(Int(py=partials))
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var acc = Bool(py=accumulate)
-    var ta = Bool(py=transpose_a)
-    var tb = Bool(py=transpose_b)
-    if ta and tb:
-        raise Error("gemm: transposing both A and B is not supported")
-    if ta:
-        gemm.gemm_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
-    elif tb:
-        gemm.gemm_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
-    else:
-        gemm.gemm_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
-    return PythonObject(None)
+@fieldwise_init
+struct ProductCall(ImplicitlyCopyable, Movable):
+    """One GEMM call's operands from Python: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for
+    (0: none) and, for fast mode, A's and B's bf16 copies (0: none)."""
+
+    var c: F32Ptr
+    var a: F32Ptr
+    var b: F32Ptr
+    var M: Int
+    var N: Int
+    var K: Int
+    var accumulate: Bool
+    var a16: Int
+    var b16: Int
+    var workspace: Int
 
 
-def gemm_fast_product(
+comptime ProductBody = def[transpose_a: Bool, transpose_b: Bool](DevicePtr, ProductCall) raises thin -> None
+"""A GEMM form run for one layout: the identical, the fast or the exact product."""
+
+
+def product[body: ProductBody](
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
     transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, a16: PythonObject,
     b16: PythonObject, workspace: PythonObject,
 ) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) in fast mode (see kernels/gemm_fast.mojo); a16, b16: the operands' bf16 copies
-    or 0; workspace: room for the copies not given."""
+    """C[M×N] (+)= op(A)·op(B) by `body`, compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
     var dev = device_of(device)
-    var cp = f32_at(Int(py=c))
-    var ap = f32_at(Int(py=a))
-    var bp = f32_at(Int(py=b))
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var acc = Bool(py=accumulate)
-    var a_copy = Int(py=a16)
-    var b_copy = Int(py=b16)
-    var work = Int(py=workspace)
+    var call = ProductCall(f32_at(Int(py=c)), f32_at(Int(py=a)), f32_at(Int(py=b)), Int(py=M),
+                           Int(py=N), Int(py=K), Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace))
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
     if ta:
-        gemm_fast.gemm_fast_on[True, False](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
+        body[True, False](dev, call)
     elif tb:
-        gemm_fast.gemm_fast_on[False, True](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
+        body[False, True](dev, call)
     else:
-        gemm_fast.gemm_fast_on[False, False](dev, cp, ap, bp, m, n, k, acc, a_copy, b_copy, work)
+        body[False, False](dev, call)
     return PythonObject(None)
+
+
+def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The identical GEMM (kernels/gemm.mojo); the workspace holds the split-k partial sums."""
+    gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace))
+
+
+def fast_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """Fast mode's GEMM (kernels/gemm_fast.mojo); the workspace holds the bf16 copies not given."""
+    gemm_fast.gemm_fast_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.a16,
+                                                     p.b16, p.workspace)
+
+
+def exact_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The exact GEMM (kernels/gemm_exact.mojo); the workspace holds the limbs and exponents."""
+    gemm_exact.gemm_exact_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
+                                                       p.workspace)
 
 
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """Bytes of the workspace a fast M×N×K product needs for its operands' bf16 copies."""
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    return PythonObject(2 * (gemm_fast.bf16_values(m * k) + gemm_fast.bf16_values(k * n)))
-
-
-def gemm_exact_product(
-    device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
-    M: PythonObject, N: PythonObject, K: PythonObject,
-    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, workspace: PythonObject,
-) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) as the exact GEMM defines it (see kernels/gemm_exact.mojo)."""
-    var dev = device_of(device)
-    var cp = f32_at(Int(py=c))
-    var ap = f32_at(Int(py=a))
-    var bp = f32_at(Int(py=b))
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var acc = Bool(py=accumulate)
-    var work = Int(py=workspace)
-    var ta = Bool(py=transpose_a)
-    var tb = Bool(py=transpose_b)
-    if ta and tb:
-        raise Error("gemm: transposing both A and B is not supported")
-    if ta:
-        gemm_exact.gemm_exact_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
-    elif tb:
-        gemm_exact.gemm_exact_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
-    else:
-        gemm_exact.gemm_exact_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
-    return PythonObject(None)
+    return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
 def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
@@ -308,11 +278,11 @@ def PyInit__engine() abi("C") -> PythonObject:
         )
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
-        m.def_function[gemm_product]("gemm")
+        m.def_function[product[identical_product]]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
-        m.def_function[gemm_exact_product]("gemm_exact")
+        m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
-        m.def_function[gemm_fast_product]("gemm_fast")
+        m.def_function[product[fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)

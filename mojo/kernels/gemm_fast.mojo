@@ -30,6 +30,11 @@ def bf16_values(count: Int) -> Int:
     return (count + WORKSPACE_ALIGNMENT - 1) // WORKSPACE_ALIGNMENT * WORKSPACE_ALIGNMENT
 
 
+def workspace_bytes(M: Int, N: Int, K: Int) -> Int:
+    """Bytes of the workspace an M×N×K product needs to round both operands itself: their bf16 copies."""
+    return 2 * (bf16_values(M * K) + bf16_values(K * N))
+
+
 comptime CAST_BF16 = Interface("y x", "count", "")
 
 
@@ -67,7 +72,7 @@ def gemm_fast_on[transpose_a: Bool, transpose_b: Bool](
     workspace: Int,
 ) raises:
     """The product in bf16 on a GPU. a16 and b16: the addresses of A's and B's bf16 copies, or 0 to round them
-    here into `workspace`, which then holds bf16_values(M·K) (for A) + bf16_values(K·N) (for B) bf16 slots."""
+    here into `workspace` (workspace_bytes: A's copy first, then B's)."""
     comptime if HAS_ACCELERATOR:
         if not dev[].is_gpu():
             raise Error("gemm_fast: fast mode's GEMM runs on a GPU; the CPU runs the identical GEMM")
