@@ -11,9 +11,9 @@ The Trainer's ``HostState`` (``uform.nn.resident``) as tensors, each float32 in 
 Metadata (safetensors' str → str header): ``format`` = ``uform.trainer/2``, ``step`` (optimizer
 steps applied, across resumes), ``seed``, ``run``: the derived run as JSON (depth, hidden,
 objective, batch, masking, contrastive, schedule), ``numerics`` = ``fast`` for a run in fast mode
-(absent for identical mode, so identical runs write what they always wrote), ``sha256``: a JSON
-object giving every tensor's SHA-256 (of its little-endian bytes), and ``metadata_sha256``: the
-SHA-256 of the other fields (``metadata_digest``), so a flipped bit in the step, the seed or the run is refused too. Every
+(absent for identical mode, so identical runs record nothing new), ``sha256``: a JSON object giving
+every tensor's SHA-256 (of its little-endian bytes), and ``metadata_sha256``: the SHA-256 of the
+other fields (``metadata_digest``), so a flipped bit in the step, the seed or the run is refused too. Every
 read checks the metadata and every tensor it loads against their digests, so a flipped bit is
 refused with CORRUPTED naming the tensor or the metadata; ``read_tensors`` is that
 verifying reader for a loader that wants the parameters alone. A resume whose geometry differs is
@@ -39,6 +39,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save
 
+from ..executor import NUMERIC_MODES
 from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_STEPS, STATE_ARRAYS, HostState, named_tensors, registry_size
 from .errors import ErrorCode, UFormError
@@ -99,18 +100,19 @@ def write(path, registry: list[dict], state: HostState, *, step: int, seed: int,
     if numerics != "identical":
         metadata["numerics"] = numerics
     metadata["metadata_sha256"] = metadata_digest(metadata)
-    write_atomically(path, [canonical(save(tensors, metadata=metadata))])
+    write_atomically(path, canonical(save(tensors, metadata=metadata)))
     return True
 
 
-def canonical(blob: bytes) -> bytes:
-    """A safetensors file with its JSON header's keys sorted. safetensors writes the metadata in a hash map's
-    order, which changes from save to save; sorted, the same state always gives the same bytes. The tensors'
-    data offsets count from the end of the header, so they hold whatever the header's length."""
+def canonical(blob: bytes) -> list:
+    """A safetensors file with its JSON header's keys sorted, as the chunks to write (the tensors' bytes not
+    copied). safetensors writes the metadata in a hash map's order, which changes from save to save; sorted,
+    the same state always gives the same bytes. The tensors' data offsets count from the end of the header,
+    so they hold whatever the header's length."""
     length = int.from_bytes(blob[:8], "little")
     header = json.dumps(json.loads(blob[8:8 + length]), sort_keys=True, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)  # the data stays 8-byte aligned, as safetensors writes it
-    return len(header).to_bytes(8, "little") + header + blob[8 + length:]
+    return [len(header).to_bytes(8, "little") + header, memoryview(blob)[8 + length:]]
 
 
 def metadata_digest(metadata: dict) -> str:
@@ -142,7 +144,7 @@ class Checkpoint:
                              "numerics": metadata.get("numerics", "identical")}
         except ValueError as error:
             raise self.error(ErrorCode.CORRUPTED, f"unreadable metadata: {error}") from None
-        if self.metadata["numerics"] not in ("identical", "fast"):
+        if self.metadata["numerics"] not in NUMERIC_MODES:
             raise self.error(ErrorCode.CORRUPTED, f"unknown numerics {self.metadata['numerics']!r}")
         if not isinstance(self.metadata["run"], dict):
             raise self.error(ErrorCode.CORRUPTED, "the metadata's run is not a JSON object")
