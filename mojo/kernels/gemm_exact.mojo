@@ -6,8 +6,9 @@
 e_m is the exponent of max_k |a(m, k)| (the maximum in [2^(e−1), 2^e)), f_n that of max_k |b(k, n)|, and
 b = bits_per_side(K) a function of K alone; RN rounds once to float32, to nearest with ties to even,
 keeping subnormals and overflowing to ±inf. An output whose row of A or column of B holds an infinity or
-a NaN is the canonical NaN, so a non-finite operand never yields a finite result. The definition and its accuracy are in docs/numerics.md and
-python/uform/reference/exact_gemm.py, which these kernels equal bit for bit. Every step is integer
+a NaN is the canonical NaN, so a non-finite operand never yields a finite result. The definition and its
+accuracy are in docs/numerics.md and python/uform/reference/exact_gemm.py, which these kernels equal bit
+for bit. Every step is integer
 arithmetic on the operands' float32 bits, so no device, order or split of k can change a bit.
 
 Two kernels, each one body for both launchers:
@@ -23,10 +24,10 @@ from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_index
+from engine.numerics import CANONICAL_NAN
 
 comptime LIMB = 16  # bits of a fixed-point value's low limb
 comptime NON_FINITE = Int32(1 << 30)  # the exponent a line holding an infinity or a NaN records
-comptime CANONICAL_NAN = UInt32(0x7FC00000)
 comptime MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217)  # pairwise coprime, each ≤ 256
 comptime MAX_K = 1 << 20  # the longest contraction the definition covers
 
