@@ -25,6 +25,17 @@ def flattened(settings: dict, prefix: str = "") -> dict:
     return flat
 
 
+def differences(by_host: list[tuple[int, dict]], names) -> list[str]:
+    """Each of `names` whose value differs among the (host domain, values) pairs, with every host domain's value:
+    ``"devices (host domain 0: 1, host domain 1: 2)"``."""
+    differing = []
+    for name in names:
+        values = [(host, values.get(name)) for host, values in by_host]
+        if any(value != values[0][1] for _, value in values):
+            differing.append(f"{name} (" + ", ".join(f"host domain {host}: {value!r}" for host, value in values) + ")")
+    return differing
+
+
 def agree(collectives: Collectives, what: str, settings: dict | UFormError) -> None:
     """Gather `settings` (or this process's refusal of them) from every process, and raise CONFIG_MISMATCH
     where another process refused or the settings differ; return quietly on the process that refused."""
@@ -37,13 +48,8 @@ def agree(collectives: Collectives, what: str, settings: dict | UFormError) -> N
                 if "refused" in entry]
     if refusals:
         raise UFormError(ErrorCode.CONFIG_MISMATCH, f"{what}: " + "; ".join(refusals))
-    names = sorted(set().union(*(entry["settings"] for entry in everyone)))
-    differing = []
-    for name in names:
-        values = [entry["settings"].get(name) for entry in everyone]
-        if any(value != values[0] for value in values):
-            differing.append(f"{name} (" + ", ".join(f"host domain {rank}: {value!r}"
-                                                     for rank, value in enumerate(values)) + ")")
+    settings_by_host = [(rank, entry["settings"]) for rank, entry in enumerate(everyone)]
+    differing = differences(settings_by_host, sorted(set().union(*(entry["settings"] for entry in everyone))))
     if differing:
         raise UFormError(ErrorCode.CONFIG_MISMATCH, f"{what}: the processes of the mesh differ on "
                                                     + "; ".join(differing))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from ..files import write_atomically
 from ..training.errors import ErrorCode, UFormError, UFormOSError
+from .agreement import differences
 from .collectives import peer_lost
 from .options import MeshOptions, shown
 
@@ -124,13 +125,7 @@ def _who(entry: dict) -> str:
 
 def disagreement(members: list[dict]) -> str | None:
     """What the declarations disagree on, every field named with each host domain's value; None if nothing."""
-    differing = []
-    for field in COMPARED:
-        values = [member.get(field) for member in members]
-        if any(value != values[0] for value in values):
-            differing.append(f"{field} (" + ", ".join(f"host domain {member['host_domain_index']}: {value!r}"
-                                                       for member, value in zip(members, values)) + ")")
-    return "; ".join(differing) or None
+    return "; ".join(differences([(member["host_domain_index"], member) for member in members], COMPARED)) or None
 
 
 def rendezvous(options: MeshOptions, mine: dict) -> Roster:
