@@ -23,29 +23,28 @@ def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path,
     assert all(f"mesh: a world of {2 * count} devices needs reductions" in answer["message"] for answer in found)
 
 
-def test_a_killed_peer_fails_the_others_collective_at_once(tmp_path):
-    survivor, victim = launch(tmp_path, 2, 20, ["barrier", "hang"])
+def survivor_of(tmp_path, timeout: float, fault: signal.Signals) -> dict:
+    """The answer of host domain 0 of 2 whose peer gets `fault` while both wait in a collective."""
+    survivor, victim = launch(tmp_path, 2, timeout, ["barrier", "hang"])
     try:
         assert next_line(survivor, 30) == {"ready": True} and next_line(victim, 30) == {"ready": True}
-        victim.send_signal(signal.SIGKILL)
+        victim.send_signal(fault)
         answer, = answers([survivor], 30)
     finally:
         victim.kill()
         victim.wait()
+    return answer
+
+
+def test_a_killed_peer_fails_the_others_collective_at_once(tmp_path):
+    answer = survivor_of(tmp_path, 20, signal.SIGKILL)
     assert answer["code"] == "PEER_LOST", answer
     assert "barrier" not in answer and "all_gather failed on host domain 0 of 2" in answer["message"]
     assert answer["seconds"] < 20 and answer["returncode"] == 0
 
 
 def test_a_silent_peer_fails_the_others_collective_at_the_timeout(tmp_path):
-    survivor, victim = launch(tmp_path, 2, 3, ["barrier", "hang"])
-    try:
-        assert next_line(survivor, 30) == {"ready": True} and next_line(victim, 30) == {"ready": True}
-        victim.send_signal(signal.SIGSTOP)
-        answer, = answers([survivor], 30)
-    finally:
-        victim.kill()
-        victim.wait()
+    answer = survivor_of(tmp_path, 3, signal.SIGSTOP)
     assert answer["code"] == "PEER_LOST" and "within 3 s" in answer["message"], answer
     assert 2.5 <= answer["seconds"] < 10 and answer["returncode"] == 0
 
