@@ -16,6 +16,7 @@ call plays as a compile-time parameter.
 """
 
 from std.sys import llvm_intrinsic, num_physical_cores
+from std.time import perf_counter_ns
 from std.python import PythonObject
 from max.algorithm import parallelize
 from std.memory import stack_allocation
@@ -116,15 +117,45 @@ def with_ieee_subnormals[Body: def(Int, Int) -> None](body: Body, begin: Int, en
     llvm_intrinsic["llvm.x86.sse.ldmxcsr", NoneType](saved_at)
 
 
+comptime INLINE_NS = 100_000
+"""Work a launch leaves after its probe that the calling thread finishes alone: handing work to the
+worker threads costs tens of microseconds (waking them, more when another process holds a core), so
+below about twice that the split does not pay for itself."""
+
+
 def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
-    """Run `body(begin, end)` over `[0, n)` split into contiguous chunks, a few per core."""
+    """Run `body(begin, end)` over `[0, n)` in contiguous ranges: a probe on the calling thread, then the
+    rest there too when it is small, else split a few chunks per core over the worker threads.
+
+    The probe runs ranges of 1, 2, 4, … tasks from the start while timing them, until the time taken
+    predicts the rest, at the rate so far, within INLINE_NS (the rest then runs on the calling thread)
+    or the probe itself has taken a tenth of that (the rest then goes to the workers). Which thread runs a
+    task never changes its arithmetic, so the split changes no bit of the results.
+    """
     if n <= 0:
         return
-    var chunks = min(n, max(1, num_physical_cores() * 4))
-    var per_chunk = (n + chunks - 1) // chunks
+    var start = perf_counter_ns()
+    var done = 0
+    var batch = 1
+    while done < n:
+        var end = min(n, done + batch)
+        with_ieee_subnormals(body, done, end)
+        done = end
+        var spent = Int(perf_counter_ns() - start)
+        if spent * (n - done) <= INLINE_NS * done:
+            batch = n
+        elif spent * 10 >= INLINE_NS:
+            break
+        else:
+            batch *= 2
+    if done == n:
+        return
+    var rest = n - done
+    var chunks = min(rest, max(1, num_physical_cores() * 4))
+    var per_chunk = (rest + chunks - 1) // chunks
 
-    def run(chunk: Int) {imm body, imm per_chunk, imm n}:
-        var begin = chunk * per_chunk
+    def run(chunk: Int) {imm body, imm per_chunk, imm done, imm n}:
+        var begin = done + chunk * per_chunk
         var end = min(n, begin + per_chunk)
         if begin < end:
             with_ieee_subnormals(body, begin, end)
