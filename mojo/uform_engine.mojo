@@ -12,7 +12,9 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import Args, Interface, TeamBody, args_from_python, device_of, launch_index, launch_teams
+from engine.launch import (
+    Args, ElementBody, Interface, TeamBody, args_from_python, device_of, launch_elements, launch_index, launch_teams,
+)
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, choices, contrastive, embedding, gemm, late_interaction, norms, pointwise,
                      rotary, rows)
@@ -106,6 +108,14 @@ def index_kernel[body: def(Int, Args) thin -> None](
     return PythonObject(None)
 
 
+def element_kernel[body: ElementBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body over the elements [0, n): on the CPU several a call (see launch_elements)."""
+    launch_elements[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
 def attention_kernel[body: TeamBody](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
@@ -161,6 +171,14 @@ def index[body: def(Int, Args) thin -> None](
     interfaces[name] = interface_of(interface)
 
 
+def elements[body: ElementBody](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register an element-wise kernel under `name` with its interface."""
+    m.def_function[element_kernel[body]](name)
+    interfaces[name] = interface_of(interface)
+
+
 def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
     """Register an attention team kernel under `name` (every one reads the ATTENTION interface)."""
     m.def_function[attention_kernel[body]](name)
@@ -188,11 +206,11 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_product]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
         var k = Python.dict()
-        index[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
-        index[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
-        index[pointwise.add](m, k, "add", pointwise.ADD)
-        index[pointwise.scale](m, k, "scale", pointwise.SCALE)
-        index[pointwise.fill](m, k, "fill", pointwise.FILL)
+        elements[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
+        elements[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
+        elements[pointwise.add](m, k, "add", pointwise.ADD)
+        elements[pointwise.scale](m, k, "scale", pointwise.SCALE)
+        elements[pointwise.fill](m, k, "fill", pointwise.FILL)
         index[norms.rmsnorm_forward](m, k, "rmsnorm_forward", norms.RMSNORM_FORWARD)
         index[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
@@ -210,7 +228,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)
-        index[adamw.adamw](m, k, "adamw", adamw.ADAMW)
+        elements[adamw.adamw](m, k, "adamw", adamw.ADAMW)
         index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
         index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)
         index[contrastive.l2_normalize_forward](m, k, "l2_normalize_forward", contrastive.L2_NORMALIZE_FORWARD)

@@ -230,6 +230,31 @@ def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args
     launch_grouped[1, one_lane[body], body](dev, n, args)
 
 
+comptime CPU_LANES = 8  # float32 lanes of an x86-64-v3 vector register
+comptime ElementBody = def[w: SIMDLength](Int, Args) thin -> None
+"""An element-wise kernel's body: body[w](i, args) computes elements [i, i + w), each lane exactly as
+body[1] computes it alone (the portable math is written over lanes that never interact)."""
+
+
+def launch_elements[body: ElementBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """body over the elements [0, n): on a GPU one thread an element (body[1]); on the CPU CPU_LANES
+    elements a call, the last few one by one. The same bits either way: each lane is computed alone."""
+    if dev[].is_gpu():
+        launch_index[body[1]](dev, n, args)
+        return
+
+    def groups(begin: Int, end: Int) {imm args, imm n}:
+        for group in range(begin, end):
+            var i = group * CPU_LANES
+            if i + CPU_LANES <= n:
+                body[CPU_LANES](i, args)
+            else:
+                for j in range(i, n):
+                    body[1](j, args)
+
+    cpu_parallel_for(groups, (n + CPU_LANES - 1) // CPU_LANES)
+
+
 comptime TeamBody = def[D: Int, played: Int, space: AddressSpace](
     Int, Int, Args, Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ) thin -> None
