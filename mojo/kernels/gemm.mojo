@@ -277,11 +277,15 @@ def gemm_gpu[
                             out.unsafe_store(m * N + n + j, v)
 
 
-# ---- CPU: 4×16 register blocks over a packed 16-column panel of B ------------------------
+# ---- CPU: 6×16 register blocks over a packed 16-column panel of B ------------------------
+# A task packs one 16-column panel of op(B) and walks a run of rows of C over it, six rows at a
+# time: twelve accumulators of 8 lanes (with the two panel rows and the broadcast of a, 15 of the 16
+# vector registers), each lane one output's chain over k.
 
-comptime MR = 4
+comptime MR = 6
 comptime NR = 16
-comptime ROWS_PER_TASK = 64
+comptime MAX_ROWS_PER_TASK = 192  # the panel is packed once for up to this many rows
+comptime MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the threads share it evenly
 
 
 @always_inline
@@ -300,12 +304,51 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
             lo[r] = a_value.fma(b_lo, lo[r])
             hi[r] = a_value.fma(b_hi, hi[r])
     comptime for r in range(rows):
-        var m = m0 + r
-        for j in range(min(NR, N - n0)):
-            var value = lo[r][j] if j < 8 else hi[r][j - 8]
+        var at = (m0 + r) * N + n0
+        if n0 + NR <= N:
+            var out_lo = lo[r]
+            var out_hi = hi[r]
             if accumulate:
-                value = c.unsafe_load(m * N + n0 + j) + value
-            c.unsafe_store(m * N + n0 + j, value)
+                out_lo = c.unsafe_load[width=8](at) + out_lo
+                out_hi = c.unsafe_load[width=8](at + 8) + out_hi
+            c.unsafe_store(at, out_lo)
+            c.unsafe_store(at + 8, out_hi)
+        else:
+            for j in range(N - n0):
+                var value = lo[r][j] if j < 8 else hi[r][j - 8]
+                if accumulate:
+                    value = c.unsafe_load(at + j) + value
+                c.unsafe_store(at + j, value)
+
+
+@always_inline
+def cpu_rows[transpose_a: Bool](
+    c: F32Ptr, a: F32Ptr, panel: F32Ptr, m_begin: Int, m_end: Int, n0: Int, M: Int, N: Int, K: Int,
+    k_begin: Int, k_end: Int, accumulate: Bool,
+):
+    """Rows [m_begin, m_end) of C's 16 columns from n0: MR rows a block, then the last few together."""
+    var m0 = m_begin
+    while m0 + MR <= m_end:
+        cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+        m0 += MR
+    comptime for rows in range(1, MR):
+        if m_end - m0 == rows:
+            cpu_micro_kernel[rows, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+
+
+@always_inline
+def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: Int, k_begin: Int, k_end: Int):
+    """b(k, n0:n0+16) for k in [k_begin, k_end), contiguous, zero past N (those lanes are never stored)."""
+    for k in range(k_begin, k_end):
+        var row = panel.unsafe_offset((k - k_begin) * NR)
+        comptime if not transpose_b:
+            if n0 + NR <= N:  # a row of B holds the 16 columns side by side
+                row.unsafe_store(0, b.unsafe_load[width=8](k * N + n0))
+                row.unsafe_store(8, b.unsafe_load[width=8](k * N + n0 + 8))
+                continue
+        for j in range(NR):
+            var n = n0 + j
+            row.unsafe_store(j, b.unsafe_load(b_index[transpose_b](k, n, K, N)) if n < N else Float32(0))
 
 
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
@@ -313,28 +356,21 @@ def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
 ):
     """C (+)= the product over k in [k_begin, k_end)."""
     var column_blocks = (N + NR - 1) // NR
-    var row_tasks = (M + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    var row_blocks = (M + MR - 1) // MR
+    var row_tasks = min(row_blocks, max((M + MAX_ROWS_PER_TASK - 1) // MAX_ROWS_PER_TASK,
+                                        (MIN_TASKS + column_blocks - 1) // column_blocks))
+    var rows_per_task = (row_blocks + row_tasks - 1) // row_tasks * MR
+    row_tasks = (M + rows_per_task - 1) // rows_per_task
     var span = max(k_end - k_begin, 1)
 
-    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm k_begin, imm k_end, imm span, imm accumulate, imm column_blocks}:
-        var panel = f32_at(Int(alloc[Float32](span * NR)))
+    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm k_begin, imm k_end, imm span, imm accumulate, imm column_blocks, imm rows_per_task}:
+        var panel = f32_at(Int(alloc[Float32](span * NR, alignment=64)))
         for task in range(begin, end):
             var n0 = (task % column_blocks) * NR
-            var m_begin = (task // column_blocks) * ROWS_PER_TASK
-            var m_end = min(M, m_begin + ROWS_PER_TASK)
-            # Pack b(k, n0:n0+16) contiguously, zero past N (those lanes are never stored).
-            for k in range(k_begin, k_end):
-                for j in range(NR):
-                    var n = n0 + j
-                    panel.unsafe_store((k - k_begin) * NR + j,
-                                       b.unsafe_load(b_index[transpose_b](k, n, K, N)) if n < N else Float32(0))
-            var m0 = m_begin
-            while m0 + MR <= m_end:
-                cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
-                m0 += MR
-            while m0 < m_end:
-                cpu_micro_kernel[1, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
-                m0 += 1
+            var m_begin = (task // column_blocks) * rows_per_task
+            pack_panel[transpose_b](panel, b, n0, N, K, k_begin, k_end)
+            cpu_rows[transpose_a](c, a, panel, m_begin, min(M, m_begin + rows_per_task), n0, M, N, K, k_begin,
+                                  k_end, accumulate)
         panel.unsafe_free()
 
     cpu_parallel_for(task_range, column_blocks * row_tasks)
