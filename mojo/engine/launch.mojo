@@ -117,10 +117,12 @@ def with_ieee_subnormals[Body: def(Int, Int) -> None](body: Body, begin: Int, en
     llvm_intrinsic["llvm.x86.sse.ldmxcsr", NoneType](saved_at)
 
 
-comptime INLINE_NS = 100_000
-"""Work a launch leaves after its probe that the calling thread finishes alone: handing work to the
-worker threads costs tens of microseconds (waking them, more when another process holds a core), so
-below about twice that the split does not pay for itself."""
+comptime INLINE_NS = 500_000
+"""Work a launch leaves after its probe that the calling thread finishes alone. Handing work to the
+worker threads costs more than waking them: once woken they spin a while, competing with the calling
+thread for the cores. On the 2-core build machine (bench/bench_cpu.py) a bound of 100 µs left the byte
+LM's step at half the speed it reaches from 500 µs on, where the small encoder's step, whose launches
+take milliseconds, lost under a tenth."""
 
 
 def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
