@@ -117,43 +117,45 @@ def with_ieee_subnormals[Body: def(Int, Int) -> None](body: Body, begin: Int, en
     llvm_intrinsic["llvm.x86.sse.ldmxcsr", NoneType](saved_at)
 
 
-comptime INLINE_NS = 500_000
-"""Work a launch leaves after its probe that the calling thread finishes alone. Handing work to the
-worker threads costs more than waking them: once woken they spin a while, competing with the calling
-thread for the cores. On the 2-core build machine (bench/bench_cpu.py) a bound of 100 µs left the byte
-LM's step at half the speed it reaches from 500 µs on, where the small encoder's step, whose launches
-take milliseconds, lost under a tenth."""
+comptime PROBE_NS = 20_000  # a launch's probe ends after this long, the rest then split
+comptime MAX_SPLIT_COST_NS = 1_000_000  # a larger measure of one split counts as this
 
 
-def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
+def cpu_parallel_for[Body: def(Int, Int) -> None](dev: DevicePtr, body: Body, n: Int):
     """Run `body(begin, end)` over `[0, n)` in contiguous ranges: a probe on the calling thread, then the
-    rest there too when it is small, else split a few chunks per core over the worker threads.
+    rest there too when splitting it would not pay, else split a few chunks per core over the workers.
 
-    The probe runs ranges of 1, 2, 4, … tasks from the start while timing them, until the time taken
-    predicts the rest, at the rate so far, within INLINE_NS (the rest then runs on the calling thread)
-    or the probe itself has taken a tenth of that (the rest then goes to the workers). Which thread runs a
-    task never changes its arithmetic, so the split changes no bit of the results.
+    The probe runs ranges of 1, 2, 4, … tasks from the start while timing them, which predicts the rest
+    at the rate so far. Splitting the rest over the cores saves the share the other cores take, and costs
+    what waking the workers takes and, once woken, their spinning beside the calling thread: the device
+    keeps an average of the first (`split_cost_ns`, what a split took beyond the rest's share per core),
+    and the rest stays on the calling thread unless the saving exceeds twice that. So a machine whose
+    other cores are busy, or a model whose launches are all small, runs inline. Which thread runs a task
+    never changes its arithmetic, so the split changes no bit of the results.
     """
     if n <= 0:
         return
+    var cores = num_physical_cores()
     var start = perf_counter_ns()
     var done = 0
     var batch = 1
+    var spent = 0
     while done < n:
         var end = min(n, done + batch)
         with_ieee_subnormals(body, done, end)
         done = end
-        var spent = Int(perf_counter_ns() - start)
-        if spent * (n - done) <= INLINE_NS * done:
+        spent = Int(perf_counter_ns() - start)
+        var saving = spent * (n - done) // done * (cores - 1) // cores
+        if saving <= 2 * dev[].split_cost_ns:
             batch = n
-        elif spent * 10 >= INLINE_NS:
+        elif spent >= PROBE_NS:
             break
         else:
             batch *= 2
     if done == n:
         return
     var rest = n - done
-    var chunks = min(rest, max(1, num_physical_cores() * 4))
+    var chunks = min(rest, max(1, cores * 4))
     var per_chunk = (rest + chunks - 1) // chunks
 
     def run(chunk: Int) {imm body, imm per_chunk, imm done, imm n}:
@@ -162,7 +164,11 @@ def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
         if begin < end:
             with_ieee_subnormals(body, begin, end)
 
+    var split = perf_counter_ns()
     parallelize(run, chunks)
+    var share = spent * rest // done // cores
+    var cost = min(max(Int(perf_counter_ns() - split) - share, 0), MAX_SPLIT_COST_NS)
+    dev[].split_cost_ns = (3 * dev[].split_cost_ns + cost) // 4
 
 
 def device_of(py: PythonObject) raises -> DevicePtr:
@@ -219,7 +225,7 @@ def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_b
         for i in range(begin, end):
             cpu_body(i, args)
 
-    cpu_parallel_for(chunk, n)
+    cpu_parallel_for(dev, chunk, n)
 
 
 def one_lane[body: def(Int, Args) thin -> None](task: Int, lane: Int, args: Args):
@@ -254,7 +260,7 @@ def launch_elements[body: ElementBody](dev: DevicePtr, n: Int, args: Args) raise
                 for j in range(i, n):
                     body[1](j, args)
 
-    cpu_parallel_for(groups, (n + CPU_LANES - 1) // CPU_LANES)
+    cpu_parallel_for(dev, groups, (n + CPU_LANES - 1) // CPU_LANES)
 
 
 comptime TeamBody = def[D: Int, played: Int, space: AddressSpace](
@@ -314,4 +320,4 @@ def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr
             body[D, team, AddressSpace.GENERIC](task, 0, args, shared)
         shared.unsafe_free()
 
-    cpu_parallel_for(chunk, n)
+    cpu_parallel_for(dev, chunk, n)

@@ -352,7 +352,7 @@ def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: 
 
 
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
-    c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int, accumulate: Bool
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int, accumulate: Bool
 ):
     """C (+)= the product over k in [k_begin, k_end)."""
     var column_blocks = (N + NR - 1) // NR
@@ -373,7 +373,7 @@ def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
                                   k_end, accumulate)
         panel.unsafe_free()
 
-    cpu_parallel_for(task_range, column_blocks * row_tasks)
+    cpu_parallel_for(dev, task_range, column_blocks * row_tasks)
 
 
 comptime SUM_CHUNKS = Interface("c partials", "size chunks accumulate", "")
@@ -464,7 +464,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     else:
         for z in range(chunks):
             gemm_cpu[transpose_a, transpose_b](
-                target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
+                dev, target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
                 accumulate and chunks == 1,
             )
     if chunks > 1:
