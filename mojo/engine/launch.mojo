@@ -5,9 +5,11 @@ Its operands travel in `Args`: numbered slots of addresses, sizes and float scal
 filled by the Python wrapper from the names its `Interface` lists (so no slot number
 is ever written in Python). The body's first lines unpack the slots into named,
 typed values in the same order as the interface; its math reads only those names.
-On the CPU, `cpu_parallel_for` hands contiguous index ranges to threads; on a GPU,
+On the CPU, `cpu_parallel_for` runs contiguous index ranges on the calling thread,
+or on worker threads when the launch is large enough to pay for them; on a GPU,
 `group_kernel` maps `global_idx.x` to the index. Both call the same body, so both
-compute the same bits. A team kernel (attention) gives each index to a team of
+compute the same bits. An element-wise kernel's body takes a SIMD width: the CPU
+runs it 8 elements a call, a GPU thread one (`launch_elements`). A team kernel (attention) gives each index to a team of
 threads that share a scratch of shared memory and meet at barriers: on a GPU the
 team is a thread block, each thread playing itself; on the CPU one call plays every
 thread of the team, phase by phase, so each phase of every thread ends before the
