@@ -156,11 +156,21 @@ def log1p[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w
 
 
 @always_inline
+def sigmoids[w: SIMDLength, //](
+    x: SIMD[DType.float32, w]
+) -> Tuple[SIMD[DType.float32, w], SIMD[DType.float32, w]]:
+    """σ(x) and σ(−x) from one exponential, e = e^−|x|: 1/(1 + e) for the argument ≥ 0 (both, at ±0), and
+    e/(1 + e) for the one < 0, exactly as `sigmoid` computes each."""
+    var e = exp(x.ge(Float32(0)).select(-x, x))
+    var upper = Float32(1) / (Float32(1) + e)
+    var lower = canonical(e / (Float32(1) + e))
+    return (x.ge(Float32(0)).select(upper, lower), (-x).ge(Float32(0)).select(upper, lower))
+
+
+@always_inline
 def sigmoid[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """1/(1 + e^−x), or e^x/(1 + e^x) for x < 0, so that large |x| never overflows."""
-    var positive = x.ge(Float32(0))
-    var e = exp(positive.select(-x, x))
-    return positive.select(Float32(1) / (Float32(1) + e), canonical(e / (Float32(1) + e)))
+    return sigmoids(x)[0]
 
 
 @always_inline
@@ -180,4 +190,5 @@ def silu[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]
 @always_inline
 def silu_derivative[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """d/dx x·σ(x) = σ(x)·(1 + x·σ(−x)); σ(−x) rather than 1 − σ(x) keeps its low bits."""
-    return canonical(sigmoid(x) * fma(x, sigmoid(-x), Floats[w](1)))
+    var pair = sigmoids(x)
+    return canonical(pair[0] * fma(x, pair[1], Floats[w](1)))
