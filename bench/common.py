@@ -25,11 +25,16 @@ def median_seconds(run, synchronize, *, warmup: int = 2, repeats: int = 7) -> fl
     return statistics.median(times)
 
 
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes (--out, --quick), for a script to add its own to."""
+    options = argparse.ArgumentParser(description=description)
+    options.add_argument("--out", default="bench/out", help="folder for the JSON results")
+    options.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    return options
+
+
 def arguments(description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", default="bench/out", help="folder for the JSON results")
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    return parser.parse_args()
+    return parser(description).parse_args()
 
 
 def machine() -> str:
