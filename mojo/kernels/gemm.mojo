@@ -336,19 +336,53 @@ def cpu_rows[transpose_a: Bool](
             cpu_micro_kernel[rows, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
 
 
+comptime Row8 = SIMD[DType.float32, 8]
+
+
+@always_inline
+def transposed(rows: Array[Row8, 8]) -> Array[Row8, 8]:
+    """The 8 × 8 block's columns: result[k][j] = rows[j][k] (pairs, then quads, then halves interleaved)."""
+    var pairs = Array[Row8, 8](fill=Row8(0))  # pairs[2i], pairs[2i+1]: rows 2i and 2i+1 interleaved
+    comptime for i in range(4):
+        pairs[2 * i] = rows[2 * i].shuffle[0, 8, 1, 9, 4, 12, 5, 13](rows[2 * i + 1])
+        pairs[2 * i + 1] = rows[2 * i].shuffle[2, 10, 3, 11, 6, 14, 7, 15](rows[2 * i + 1])
+    var quads = Array[Row8, 8](fill=Row8(0))  # quads[4h + c]: rows 4h … 4h+3 at k = c and c + 4
+    comptime for h in range(2):
+        comptime for p in range(2):
+            quads[4 * h + 2 * p] = pairs[4 * h + p].shuffle[0, 1, 8, 9, 4, 5, 12, 13](pairs[4 * h + 2 + p])
+            quads[4 * h + 2 * p + 1] = pairs[4 * h + p].shuffle[2, 3, 10, 11, 6, 7, 14, 15](pairs[4 * h + 2 + p])
+    var columns = Array[Row8, 8](fill=Row8(0))
+    comptime for c in range(4):
+        columns[c] = quads[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11](quads[4 + c])
+        columns[c + 4] = quads[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15](quads[4 + c])
+    return columns^
+
+
 @always_inline
 def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: Int, k_begin: Int, k_end: Int):
     """b(k, n0:n0+16) for k in [k_begin, k_end), contiguous, zero past N (those lanes are never stored)."""
-    for k in range(k_begin, k_end):
-        var row = panel.unsafe_offset((k - k_begin) * NR)
+    var k = k_begin
+    comptime if transpose_b:
+        if n0 + NR <= N:  # 16 rows of B, each contiguous in k: moved 8 k at a time as transposed 8 × 8 blocks
+            while k + 8 <= k_end:
+                comptime for half in range(2):
+                    var rows = Array[Row8, 8](fill=Row8(0))
+                    comptime for j in range(8):
+                        rows[j] = b.unsafe_load[width=8]((n0 + 8 * half + j) * K + k)
+                    var columns = transposed(rows)
+                    comptime for c in range(8):
+                        panel.unsafe_store((k - k_begin + c) * NR + 8 * half, columns[c])
+                k += 8
+    for kk in range(k, k_end):
+        var row = panel.unsafe_offset((kk - k_begin) * NR)
         comptime if not transpose_b:
             if n0 + NR <= N:  # a row of B holds the 16 columns side by side
-                row.unsafe_store(0, b.unsafe_load[width=8](k * N + n0))
-                row.unsafe_store(8, b.unsafe_load[width=8](k * N + n0 + 8))
+                row.unsafe_store(0, b.unsafe_load[width=8](kk * N + n0))
+                row.unsafe_store(8, b.unsafe_load[width=8](kk * N + n0 + 8))
                 continue
         for j in range(NR):
             var n = n0 + j
-            row.unsafe_store(j, b.unsafe_load(b_index[transpose_b](k, n, K, N)) if n < N else Float32(0))
+            row.unsafe_store(j, b.unsafe_load(b_index[transpose_b](kk, n, K, N)) if n < N else Float32(0))
 
 
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
