@@ -25,15 +25,21 @@ def median_seconds(run, synchronize, *, warmup: int = 2, repeats: int = 7) -> fl
     return statistics.median(times)
 
 
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes (--out, --quick), for a script to add its own to."""
+    options = argparse.ArgumentParser(description=description)
+    options.add_argument("--out", default="bench/out", help="folder for the JSON results")
+    options.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    return options
+
+
 def arguments(description: str, *, numerics: bool = False) -> argparse.Namespace:
     """The bench options: --out, --quick and, with `numerics`, --numerics (the run's numeric mode)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", default="bench/out", help="folder for the JSON results")
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    options = parser(description)
     if numerics:
-        parser.add_argument("--numerics", choices=("identical", "fast"), default="identical",
-                            help="uform's numeric mode; fast measures PyTorch under bf16 autocast")
-    return parser.parse_args()
+        options.add_argument("--numerics", choices=("identical", "fast"), default="identical",
+                             help="uform's numeric mode; fast measures PyTorch under bf16 autocast")
+    return options.parse_args()
 
 
 def machine() -> str:

@@ -12,8 +12,10 @@ from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
-from engine.launch import (Args, DevicePtr, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
-                           launch_gpu_teams, launch_index, launch_rows, launch_teams)
+from engine.launch import (
+    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
+    launch_elements, launch_gpu_teams, launch_index, launch_rows, launch_teams,
+)
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
                      gemm_fast, late_interaction, norms, pointwise, rotary, rows)
@@ -112,6 +114,14 @@ def index_kernel[body: def(Int, Args) thin -> None](
 ) raises -> PythonObject:
     """Run body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
     launch_index[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
+def element_kernel[body: ElementBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body over the elements [0, n): on the CPU several a call (see launch_elements)."""
+    launch_elements[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
     return PythonObject(None)
 
 
@@ -246,6 +256,14 @@ def rows_of[body: RowBody](
     interfaces[name] = interface_of(interface)
 
 
+def elements[body: ElementBody](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register an element-wise kernel under `name` with its interface."""
+    m.def_function[element_kernel[body]](name)
+    interfaces[name] = interface_of(interface)
+
+
 def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
     """Register an attention team kernel under `name` (every one reads the ATTENTION interface)."""
     m.def_function[attention_kernel[body]](name)
@@ -286,11 +304,11 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)
-        index[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
-        index[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
-        index[pointwise.add](m, k, "add", pointwise.ADD)
-        index[pointwise.scale](m, k, "scale", pointwise.SCALE)
-        index[pointwise.fill](m, k, "fill", pointwise.FILL)
+        elements[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
+        elements[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
+        elements[pointwise.add](m, k, "add", pointwise.ADD)
+        elements[pointwise.scale](m, k, "scale", pointwise.SCALE)
+        elements[pointwise.fill](m, k, "fill", pointwise.FILL)
         rows_of[norms.rmsnorm_forward](m, k, "rmsnorm_forward", norms.RMSNORM_FORWARD)
         rows_of[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
@@ -317,7 +335,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)
-        index[adamw.adamw](m, k, "adamw", adamw.ADAMW)
+        elements[adamw.adamw](m, k, "adamw", adamw.ADAMW)
         index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
         index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)
         index[contrastive.l2_normalize_forward](m, k, "l2_normalize_forward", contrastive.L2_NORMALIZE_FORWARD)

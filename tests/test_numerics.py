@@ -56,3 +56,17 @@ def test_nan_results_are_canonical(device, op):
     nan = np.isnan(y.numpy())
     assert nan.any()
     assert np.all(bits[nan] == 0x7FC00000)
+
+
+@pytest.mark.parametrize("op", sorted(K.UNARY_OPS))
+def test_lanes_give_the_bits_of_single_elements(device, op):
+    """The CPU runs the portable math eight lanes at a time and the last few elements one by one: launches
+    of fewer than eight elements take the one-by-one path, and must give every bit the long launch gave."""
+    x = arguments(4_000, seed=3)
+    whole = device.empty(x.shape)
+    K.unary(op, whole, device.put(x))
+    source, pieces = device.put(x), device.empty(x.shape)
+    for start in range(0, x.size, 7):
+        count = min(7, x.size - start)
+        K.unary(op, pieces.view(start, count), source.view(start, count))
+    assert np.array_equal(whole.numpy().view(np.uint32), pieces.numpy().view(np.uint32))

@@ -50,12 +50,14 @@ struct Device(Movable, Writable, Defaultable):
     var context: Optional[DeviceContext]
     var gpu_buffers: Dict[Int, DeviceBuffer[DType.uint8]]
     var host_buffers: Dict[Int, Int]  # address -> size, for the CPU device
+    var split_cost_ns: Int  # the CPU: what handing work to the worker threads costs (cpu_parallel_for)
 
     def __init__(out self):
         self.ordinal = -1
         self.context = None
         self.gpu_buffers = Dict[Int, DeviceBuffer[DType.uint8]]()
         self.host_buffers = Dict[Int, Int]()
+        self.split_cost_ns = 50_000
 
     def open(mut self, ordinal: Int) raises:
         """Bind to the CPU (ordinal -1) or to GPU `ordinal`."""

@@ -5,9 +5,11 @@ Its operands travel in `Args`: numbered slots of addresses, sizes and float scal
 filled by the Python wrapper from the names its `Interface` lists (so no slot number
 is ever written in Python). The body's first lines unpack the slots into named,
 typed values in the same order as the interface; its math reads only those names.
-On the CPU, `cpu_parallel_for` hands contiguous index ranges to threads; on a GPU,
+On the CPU, `cpu_parallel_for` runs contiguous index ranges on the calling thread,
+or on worker threads when the launch is large enough to pay for them; on a GPU,
 `group_kernel` maps `global_idx.x` to the index. Both call the same body, so both
-compute the same bits. A team kernel (attention) gives each index to a team of
+compute the same bits. An element-wise kernel's body takes a SIMD width: the CPU
+runs it 8 elements a call, a GPU thread one (`launch_elements`). A team kernel (attention) gives each index to a team of
 threads that share a scratch of shared memory and meet at barriers: on a GPU the
 team is a thread block, each thread playing itself; on the CPU one call plays every
 thread of the team, phase by phase, so each phase of every thread ends before the
@@ -16,6 +18,7 @@ call plays as a compile-time parameter.
 """
 
 from std.sys import llvm_intrinsic, num_physical_cores
+from std.time import perf_counter_ns
 from std.python import PythonObject
 from max.algorithm import parallelize
 from std.memory import stack_allocation
@@ -116,20 +119,58 @@ def with_ieee_subnormals[Body: def(Int, Int) -> None](body: Body, begin: Int, en
     llvm_intrinsic["llvm.x86.sse.ldmxcsr", NoneType](saved_at)
 
 
-def cpu_parallel_for[Body: def(Int, Int) -> None](body: Body, n: Int):
-    """Run `body(begin, end)` over `[0, n)` split into contiguous chunks, a few per core."""
+comptime PROBE_NS = 20_000  # a launch's probe ends after this long, the rest then split
+comptime MAX_SPLIT_COST_NS = 1_000_000  # a larger measure of one split counts as this
+
+
+def cpu_parallel_for[Body: def(Int, Int) -> None](dev: DevicePtr, body: Body, n: Int):
+    """Run `body(begin, end)` over `[0, n)` in contiguous ranges: a probe on the calling thread, then the
+    rest there too when splitting it would not pay, else split a few chunks per core over the workers.
+
+    The probe runs ranges of 1, 2, 4, … tasks from the start while timing them, which predicts the rest
+    at the rate so far. Splitting the rest over the cores saves the share the other cores take, and costs
+    what waking the workers takes and, once woken, their spinning beside the calling thread: the device
+    keeps an average of the first (`split_cost_ns`, what a split took beyond the rest's share per core),
+    and the rest stays on the calling thread unless the saving exceeds twice that. So a machine whose
+    other cores are busy, or a model whose launches are all small, runs inline. Which thread runs a task
+    never changes its arithmetic, so the split changes no bit of the results.
+    """
     if n <= 0:
         return
-    var chunks = min(n, max(1, num_physical_cores() * 4))
-    var per_chunk = (n + chunks - 1) // chunks
+    var cores = num_physical_cores()
+    var start = perf_counter_ns()
+    var done = 0
+    var batch = 1
+    var spent = 0
+    while done < n:
+        var end = min(n, done + batch)
+        with_ieee_subnormals(body, done, end)
+        done = end
+        spent = Int(perf_counter_ns() - start)
+        var saving = spent * (n - done) // done * (cores - 1) // cores
+        if saving <= 2 * dev[].split_cost_ns:
+            batch = n
+        elif spent >= PROBE_NS:
+            break
+        else:
+            batch *= 2
+    if done == n:
+        return
+    var rest = n - done
+    var chunks = min(rest, max(1, cores * 4))
+    var per_chunk = (rest + chunks - 1) // chunks
 
-    def run(chunk: Int) {imm body, imm per_chunk, imm n}:
-        var begin = chunk * per_chunk
+    def run(chunk: Int) {imm body, imm per_chunk, imm done, imm n}:
+        var begin = done + chunk * per_chunk
         var end = min(n, begin + per_chunk)
         if begin < end:
             with_ieee_subnormals(body, begin, end)
 
+    var split = perf_counter_ns()
     parallelize(run, chunks)
+    var share = spent * rest // done // cores
+    var cost = min(max(Int(perf_counter_ns() - split) - share, 0), MAX_SPLIT_COST_NS)
+    dev[].split_cost_ns = (3 * dev[].split_cost_ns + cost) // 4
 
 
 def device_of(py: PythonObject) raises -> DevicePtr:
@@ -199,7 +240,7 @@ def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_b
         for i in range(begin, end):
             cpu_body(i, args)
 
-    cpu_parallel_for(chunk, n)
+    cpu_parallel_for(dev, chunk, n)
 
 
 def one_lane[body: def(Int, Args) thin -> None](task: Int, lane: Int, args: Args):
@@ -224,6 +265,31 @@ def launch_rows[body: RowBody](dev: DevicePtr, n: Int, args: Args) raises:
 def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args: Args) raises:
     """body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
     launch_grouped[1, one_lane[body], body](dev, n, args)
+
+
+comptime CPU_LANES = 8  # float32 lanes of an x86-64-v3 vector register
+comptime ElementBody = def[w: SIMDLength](Int, Args) thin -> None
+"""An element-wise kernel's body: body[w](i, args) computes elements [i, i + w), each lane exactly as
+body[1] computes it alone (the portable math is written over lanes that never interact)."""
+
+
+def launch_elements[body: ElementBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """body over the elements [0, n): on a GPU one thread an element (body[1]); on the CPU CPU_LANES
+    elements a call, the last few one by one. The same bits either way: each lane is computed alone."""
+    if dev[].is_gpu():
+        launch_index[body[1]](dev, n, args)
+        return
+
+    def groups(begin: Int, end: Int) {imm args, imm n}:
+        for group in range(begin, end):
+            var i = group * CPU_LANES
+            if i + CPU_LANES <= n:
+                body[CPU_LANES](i, args)
+            else:
+                for j in range(i, n):
+                    body[1](j, args)
+
+    cpu_parallel_for(dev, groups, (n + CPU_LANES - 1) // CPU_LANES)
 
 
 comptime TeamBody = def[D: Int, played: Int, space: AddressSpace](
@@ -277,7 +343,7 @@ def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr
             body[D, team, AddressSpace.GENERIC](task, 0, args, shared)
         shared.unsafe_free()
 
-    cpu_parallel_for(chunk, n)
+    cpu_parallel_for(dev, chunk, n)
 
 
 comptime GpuTeamBody = def[D: Int](Int, Args) thin -> None

@@ -1,4 +1,4 @@
-"""AdamW, PyTorch's form (decoupled weight decay), one body per parameter.
+"""AdamW, PyTorch's form (decoupled weight decay), one body per `w` parameters (each lane on its own).
 
     p ← p·(1 − lr·λ)
     m ← β1·m + (1 − β1)·g
@@ -18,7 +18,7 @@ comptime ADAMW = Interface(
 )
 
 
-def adamw(i: Int, args: Args):
+def adamw[w: SIMDLength](i: Int, args: Args):
     var params = args.f32(0)
     var grads = args.f32(1)
     var m = args.f32(2)
@@ -32,10 +32,10 @@ def adamw(i: Int, args: Args):
     var sqrt_c2 = args.scalar(6)
     var eps = args.scalar(7)
 
-    var g = grads.unsafe_load(i)
-    var m_new = beta1 * m.unsafe_load(i) + one_minus_beta1 * g
-    var v_new = beta2 * v.unsafe_load(i) + one_minus_beta2 * (g * g)
+    var g = grads.unsafe_load[width=w](i)
+    var m_new = beta1 * m.unsafe_load[width=w](i) + one_minus_beta1 * g
+    var v_new = beta2 * v.unsafe_load[width=w](i) + one_minus_beta2 * (g * g)
     m.unsafe_store(i, m_new)
     v.unsafe_store(i, v_new)
-    var decayed = params.unsafe_load(i) * decay
+    var decayed = params.unsafe_load[width=w](i) * decay
     params.unsafe_store(i, decayed - step_size * (m_new / (sqrt_rn(v_new) / sqrt_c2 + eps)))

@@ -201,6 +201,12 @@ struct Thread[D: Int](Copyable, Movable):
         """Whether row a pairs with token base + k."""
         return Int(self.low[a]) <= base + k and base + k < Int(self.high[a])
 
+    @always_inline
+    def pairs_columns(self, a: Int, base: Int, tc: Int) -> SIMD[DType.bool, COLS]:
+        """Whether row a pairs with each of the thread's columns: tokens base + tc + GROUPS·u."""
+        var k = SIMD[DType.int32, COLS](0, GROUPS, 2 * GROUPS, 3 * GROUPS) + Int32(base + tc)
+        return k.ge(self.low[a]) & k.lt(self.high[a])
+
 
 # ---- team steps ----------------------------------------------------------------------------------------
 
@@ -442,9 +448,8 @@ def forward_weights[D: Int, space: AddressSpace](
         var m_new = m_block if m_block > m else m
         thread.c[a] = numerics.exp(m - m_new) if m_new != -numerics.INF else Float32(1)
         thread.m[a] = m_new
-        comptime for u in range(COLS):
-            var s = thread.s[a][u]
-            thread.s[a][u] = Float32(0) if s == -numerics.INF else numerics.exp(s - m_new)
+        var s = thread.s[a]
+        thread.s[a] = s.eq(-numerics.INF).select(Vec(0), numerics.exp(s - m_new))  # the 4 columns as 4 lanes
         var p = thread.s[a]
         # slots tc + 16u: slot t + t+32 (u0 + u2, u1 + u3), then + t+16; the column groups fold in forward_values
         sums.unsafe_store((ROWS * tr + a) * EXCHANGE_LINE + tc, (p[0] + p[2]) + (p[1] + p[3]))
@@ -561,21 +566,18 @@ def key_weights[D: Int, space: AddressSpace](
         return
     var tr = tid // GROUPS
     var tc = tid % GROUPS
+    var lse = Vec(0)  # of the thread's 4 query columns, as 4 lanes
+    var delta = Vec(0)
     comptime for u in range(COLS):
         var i = base + tc + GROUPS * u
-        var lse = Float32(0)
-        var delta = Float32(0)
         if i < at.tokens:
-            lse = at.lse.unsafe_load(i * at.heads + head)
-            delta = at.delta.unsafe_load(i * at.heads + head)
-        comptime for a in range(ROWS):
-            var p = Float32(0)
-            var ds = Float32(0)
-            if thread.pairs(a, base, tc + GROUPS * u):
-                p = numerics.exp(thread.s[a][u] * at.scale - lse)
-                ds = p * (thread.t[a][u] - delta)
-            thread.s[a][u] = p
-            thread.t[a][u] = ds
+            lse[u] = at.lse.unsafe_load(i * at.heads + head)
+            delta[u] = at.delta.unsafe_load(i * at.heads + head)
+    comptime for a in range(ROWS):
+        var seen = thread.pairs_columns(a, base, tc)
+        var p = numerics.exp(thread.s[a] * at.scale - lse)
+        thread.s[a] = seen.select(p, Vec(0))
+        thread.t[a] = seen.select(p * (thread.t[a] - delta), Vec(0))
     write_weights(panel, thread.s, tr, tc)
 
 
@@ -653,12 +655,8 @@ def query_weights[D: Int, space: AddressSpace](
     var tr = tid // GROUPS
     var tc = tid % GROUPS
     comptime for a in range(ROWS):
-        comptime for u in range(COLS):
-            var ds = Float32(0)
-            if thread.pairs(a, base, tc + GROUPS * u):
-                var p = numerics.exp(thread.s[a][u] * scale - thread.m[a])
-                ds = p * (thread.t[a][u] - thread.l[a])
-            thread.t[a][u] = ds
+        var p = numerics.exp(thread.s[a] * scale - thread.m[a])  # the 4 key columns as 4 lanes
+        thread.t[a] = thread.pairs_columns(a, base, tc).select(p * (thread.t[a] - thread.l[a]), Vec(0))
     write_weights(panel, thread.t, tr, tc)
 
 

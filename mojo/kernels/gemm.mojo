@@ -277,11 +277,15 @@ def gemm_gpu[
                             out.unsafe_store(m * N + n + j, v)
 
 
-# ---- CPU: 4×16 register blocks over a packed 16-column panel of B ------------------------
+# ---- CPU: 6×16 register blocks over a packed 16-column panel of B ------------------------
+# A task packs one 16-column panel of op(B) and walks a run of rows of C over it, six rows at a
+# time: twelve accumulators of 8 lanes (with the two panel rows and the broadcast of a, 15 of the 16
+# vector registers), each lane one output's chain over k.
 
-comptime MR = 4
+comptime MR = 6
 comptime NR = 16
-comptime ROWS_PER_TASK = 64
+comptime MAX_ROWS_PER_TASK = 192  # the panel is packed once for up to this many rows
+comptime MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the threads share it evenly
 
 
 @always_inline
@@ -300,44 +304,110 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
             lo[r] = a_value.fma(b_lo, lo[r])
             hi[r] = a_value.fma(b_hi, hi[r])
     comptime for r in range(rows):
-        var m = m0 + r
-        for j in range(min(NR, N - n0)):
-            var value = lo[r][j] if j < 8 else hi[r][j - 8]
+        var at = (m0 + r) * N + n0
+        if n0 + NR <= N:
+            var out_lo = lo[r]
+            var out_hi = hi[r]
             if accumulate:
-                value = c.unsafe_load(m * N + n0 + j) + value
-            c.unsafe_store(m * N + n0 + j, value)
+                out_lo = c.unsafe_load[width=8](at) + out_lo
+                out_hi = c.unsafe_load[width=8](at + 8) + out_hi
+            c.unsafe_store(at, out_lo)
+            c.unsafe_store(at + 8, out_hi)
+        else:
+            for j in range(N - n0):
+                var value = lo[r][j] if j < 8 else hi[r][j - 8]
+                if accumulate:
+                    value = c.unsafe_load(at + j) + value
+                c.unsafe_store(at + j, value)
+
+
+@always_inline
+def cpu_rows[transpose_a: Bool](
+    c: F32Ptr, a: F32Ptr, panel: F32Ptr, m_begin: Int, m_end: Int, n0: Int, M: Int, N: Int, K: Int,
+    k_begin: Int, k_end: Int, accumulate: Bool,
+):
+    """Rows [m_begin, m_end) of C's 16 columns from n0: MR rows a block, then the last few together."""
+    var m0 = m_begin
+    while m0 + MR <= m_end:
+        cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+        m0 += MR
+    comptime for rows in range(1, MR):
+        if m_end - m0 == rows:
+            cpu_micro_kernel[rows, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+
+
+comptime Row8 = SIMD[DType.float32, 8]
+
+
+@always_inline
+def transposed(rows: Array[Row8, 8]) -> Array[Row8, 8]:
+    """The 8 × 8 block's columns: result[k][j] = rows[j][k] (pairs, then quads, then halves interleaved)."""
+    var pairs = Array[Row8, 8](fill=Row8(0))  # pairs[2i], pairs[2i+1]: rows 2i and 2i+1 interleaved
+    comptime for i in range(4):
+        pairs[2 * i] = rows[2 * i].shuffle[0, 8, 1, 9, 4, 12, 5, 13](rows[2 * i + 1])
+        pairs[2 * i + 1] = rows[2 * i].shuffle[2, 10, 3, 11, 6, 14, 7, 15](rows[2 * i + 1])
+    var quads = Array[Row8, 8](fill=Row8(0))  # quads[4h + c]: rows 4h … 4h+3 at k = c and c + 4
+    comptime for h in range(2):
+        comptime for p in range(2):
+            quads[4 * h + 2 * p] = pairs[4 * h + p].shuffle[0, 1, 8, 9, 4, 5, 12, 13](pairs[4 * h + 2 + p])
+            quads[4 * h + 2 * p + 1] = pairs[4 * h + p].shuffle[2, 3, 10, 11, 6, 7, 14, 15](pairs[4 * h + 2 + p])
+    var columns = Array[Row8, 8](fill=Row8(0))
+    comptime for c in range(4):
+        columns[c] = quads[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11](quads[4 + c])
+        columns[c + 4] = quads[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15](quads[4 + c])
+    return columns^
+
+
+@always_inline
+def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: Int, k_begin: Int, k_end: Int):
+    """b(k, n0:n0+16) for k in [k_begin, k_end), contiguous, zero past N (those lanes are never stored)."""
+    var k = k_begin
+    comptime if transpose_b:
+        if n0 + NR <= N:  # 16 rows of B, each contiguous in k: moved 8 k at a time as transposed 8 × 8 blocks
+            while k + 8 <= k_end:
+                comptime for half in range(2):
+                    var rows = Array[Row8, 8](fill=Row8(0))
+                    comptime for j in range(8):
+                        rows[j] = b.unsafe_load[width=8]((n0 + 8 * half + j) * K + k)
+                    var columns = transposed(rows)
+                    comptime for c in range(8):
+                        panel.unsafe_store((k - k_begin + c) * NR + 8 * half, columns[c])
+                k += 8
+    for kk in range(k, k_end):
+        var row = panel.unsafe_offset((kk - k_begin) * NR)
+        comptime if not transpose_b:
+            if n0 + NR <= N:  # a row of B holds the 16 columns side by side
+                row.unsafe_store(0, b.unsafe_load[width=8](kk * N + n0))
+                row.unsafe_store(8, b.unsafe_load[width=8](kk * N + n0 + 8))
+                continue
+        for j in range(NR):
+            var n = n0 + j
+            row.unsafe_store(j, b.unsafe_load(b_index[transpose_b](kk, n, K, N)) if n < N else Float32(0))
 
 
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
-    c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int, accumulate: Bool
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int, accumulate: Bool
 ):
     """C (+)= the product over k in [k_begin, k_end)."""
     var column_blocks = (N + NR - 1) // NR
-    var row_tasks = (M + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    var row_blocks = (M + MR - 1) // MR
+    var row_tasks = min(row_blocks, max((M + MAX_ROWS_PER_TASK - 1) // MAX_ROWS_PER_TASK,
+                                        (MIN_TASKS + column_blocks - 1) // column_blocks))
+    var rows_per_task = (row_blocks + row_tasks - 1) // row_tasks * MR
+    row_tasks = (M + rows_per_task - 1) // rows_per_task
     var span = max(k_end - k_begin, 1)
 
-    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm k_begin, imm k_end, imm span, imm accumulate, imm column_blocks}:
-        var panel = f32_at(Int(alloc[Float32](span * NR)))
+    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm k_begin, imm k_end, imm span, imm accumulate, imm column_blocks, imm rows_per_task}:
+        var panel = f32_at(Int(alloc[Float32](span * NR, alignment=64)))
         for task in range(begin, end):
             var n0 = (task % column_blocks) * NR
-            var m_begin = (task // column_blocks) * ROWS_PER_TASK
-            var m_end = min(M, m_begin + ROWS_PER_TASK)
-            # Pack b(k, n0:n0+16) contiguously, zero past N (those lanes are never stored).
-            for k in range(k_begin, k_end):
-                for j in range(NR):
-                    var n = n0 + j
-                    panel.unsafe_store((k - k_begin) * NR + j,
-                                       b.unsafe_load(b_index[transpose_b](k, n, K, N)) if n < N else Float32(0))
-            var m0 = m_begin
-            while m0 + MR <= m_end:
-                cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
-                m0 += MR
-            while m0 < m_end:
-                cpu_micro_kernel[1, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
-                m0 += 1
+            var m_begin = (task // column_blocks) * rows_per_task
+            pack_panel[transpose_b](panel, b, n0, N, K, k_begin, k_end)
+            cpu_rows[transpose_a](c, a, panel, m_begin, min(M, m_begin + rows_per_task), n0, M, N, K, k_begin,
+                                  k_end, accumulate)
         panel.unsafe_free()
 
-    cpu_parallel_for(task_range, column_blocks * row_tasks)
+    cpu_parallel_for(dev, task_range, column_blocks * row_tasks)
 
 
 comptime SUM_CHUNKS = Interface("c partials", "size chunks accumulate", "")
@@ -431,7 +501,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     else:
         for z in range(chunks):
             gemm_cpu[transpose_a, transpose_b](
-                target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
+                dev, target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
                 accumulate and chunks == 1,
             )
     if chunks > 1:

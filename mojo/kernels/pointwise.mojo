@@ -1,4 +1,5 @@
-"""Element-wise kernels: the portable math over arrays, SiLU and its derivative, adds.
+"""Element-wise kernels: the portable math over arrays, SiLU and its derivative, adds. Each body
+computes `w` consecutive elements (`launch_elements`), each lane on its own.
 
     unary_math:     y = f(x)           f chosen by an op code: its index in UNARY_OPS
     silu_backward:  dx = dy·silu'(x)
@@ -15,7 +16,7 @@ comptime UNARY_OPS = ("exp", "log", "log1p", "sqrt", "rsqrt", "sigmoid", "softpl
 
 
 @always_inline
-def unary(op: Int, x: Float32) -> Float32:
+def unary[w: SIMDLength, //](op: Int, x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     if op == 0:
         return numerics.exp(x)
     if op == 1:
@@ -38,47 +39,47 @@ def unary(op: Int, x: Float32) -> Float32:
 comptime UNARY_MATH = Interface("y x", "op", "")
 
 
-def unary_math(i: Int, args: Args):
+def unary_math[w: SIMDLength](i: Int, args: Args):
     var y = args.f32(0)
     var x = args.f32(1)
     var op = args.size(0)
-    y.unsafe_store(i, unary(op, x.unsafe_load(i)))
+    y.unsafe_store(i, unary(op, x.unsafe_load[width=w](i)))
 
 
 comptime SILU_BACKWARD = Interface("dx x dy", "", "")
 
 
-def silu_backward(i: Int, args: Args):
+def silu_backward[w: SIMDLength](i: Int, args: Args):
     var dx = args.f32(0)
     var x = args.f32(1)
     var dy = args.f32(2)
-    dx.unsafe_store(i, dy.unsafe_load(i) * numerics.silu_derivative(x.unsafe_load(i)))
+    dx.unsafe_store(i, dy.unsafe_load[width=w](i) * numerics.silu_derivative(x.unsafe_load[width=w](i)))
 
 
 comptime ADD = Interface("y a b", "", "")
 
 
-def add(i: Int, args: Args):
+def add[w: SIMDLength](i: Int, args: Args):
     var y = args.f32(0)
     var a = args.f32(1)
     var b = args.f32(2)
-    y.unsafe_store(i, a.unsafe_load(i) + b.unsafe_load(i))
+    y.unsafe_store(i, a.unsafe_load[width=w](i) + b.unsafe_load[width=w](i))
 
 
 comptime SCALE = Interface("y x", "", "alpha")
 
 
-def scale(i: Int, args: Args):
+def scale[w: SIMDLength](i: Int, args: Args):
     var y = args.f32(0)
     var x = args.f32(1)
     var alpha = args.scalar(0)
-    y.unsafe_store(i, alpha * x.unsafe_load(i))
+    y.unsafe_store(i, alpha * x.unsafe_load[width=w](i))
 
 
 comptime FILL = Interface("y", "", "value")
 
 
-def fill(i: Int, args: Args):
+def fill[w: SIMDLength](i: Int, args: Args):
     var y = args.f32(0)
     var value = args.scalar(0)
-    y.unsafe_store(i, value)
+    y.unsafe_store(i, SIMD[DType.float32, w](value))
