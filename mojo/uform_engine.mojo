@@ -217,9 +217,11 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
 def gemm_exact_product(
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
-    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, workspace: PythonObject,
+    transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, residues: PythonObject,
+    workspace: PythonObject,
 ) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) as the exact GEMM defines it (see kernels/gemm_exact.mojo)."""
+    """C[M×N] (+)= op(A)·op(B) as the exact GEMM defines it (see kernels/gemm_exact.mojo): from 16-bit limbs, or
+    with `residues` from residues modulo the primes (the tensor-core form)."""
     var dev = device_of(device)
     var cp = f32_at(Int(py=c))
     var ap = f32_at(Int(py=a))
@@ -233,7 +235,14 @@ def gemm_exact_product(
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
-    if ta:
+    if Bool(py=residues):
+        if ta:
+            gemm_exact.gemm_exact_residues_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
+        elif tb:
+            gemm_exact.gemm_exact_residues_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
+        else:
+            gemm_exact.gemm_exact_residues_on[False, False](dev, cp, ap, bp, m, n, k, acc, work)
+    elif ta:
         gemm_exact.gemm_exact_on[True, False](dev, cp, ap, bp, m, n, k, acc, work)
     elif tb:
         gemm_exact.gemm_exact_on[False, True](dev, cp, ap, bp, m, n, k, acc, work)
@@ -244,7 +253,10 @@ def gemm_exact_product(
 
 def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """Bytes of the workspace an exact M×N×K product needs."""
-    return PythonObject(gemm_exact.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), gemm_exact.residue_workspace_bytes(m, n, k)))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:

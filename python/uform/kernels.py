@@ -180,7 +180,8 @@ def _gemm_chunks(m: int, n: int, k: int) -> int:
 
 
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
-               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
+               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False,
+               residues: bool = False) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
     yet the trainers' GEMM; layouts as ``gemm``."""
@@ -196,7 +197,7 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(c, "C", m * n)
     workspace = device.scratch(-(-_engine.gemm_exact_workspace(m, n, k) // 4))
     _call("gemm_exact", _engine.gemm_exact, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), workspace.address)
+          bool(transpose_b), bool(accumulate), bool(residues), workspace.address)
 
 
 def cast_bf16(y: Buffer, x: Buffer) -> None:
