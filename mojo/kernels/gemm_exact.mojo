@@ -23,6 +23,10 @@ from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_index
+from engine.target import HAS_ACCELERATOR
+from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmEx, cublasOperation_t
+from _cublas.dtype import DataType
+from linalg.matmul.vendor.blas import _get_global_handle
 
 comptime LIMB = 16  # bits of a fixed-point value's low limb
 comptime NON_FINITE = Int32(1 << 30)  # the exponent a line holding an infinity or a NaN records
@@ -246,6 +250,12 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # reconstruction are the bodies below, which the CPU runs too.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
+comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
+
+
+def padded(K: Int) -> Int:
+    """The stored length of a residue line of K values."""
+    return (K + RESIDUE_ALIGNMENT - 1) // RESIDUE_ALIGNMENT * RESIDUE_ALIGNMENT
 
 
 def inverse_mod(a: Int, p: Int) -> Int:
@@ -271,7 +281,8 @@ comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride 
 
 def exact_residues(line: Int, args: Args):
     """Line `line` of x, as exact_prep takes it: its exponent, and the symmetric residues of its fixed-point
-    values modulo each of the first `moduli` MODULI, residues[(i·lines + line)·length + k] (int8)."""
+    values modulo each of the first `moduli` MODULI, residues[(i·lines + line)·padded(length) + k] (int8; the
+    padding, and every residue of a non-finite line, zero)."""
     var length = args.size(0)
     var x = args.f32(2).unsafe_offset(line * args.size(1))
     var step = args.size(2)
@@ -279,19 +290,20 @@ def exact_residues(line: Int, args: Args):
     var lines = args.size(4)
     var moduli = args.size(5)
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    var stride = padded(length)
     var e = line_exponent(x, length, step)
     args.i32(1).unsafe_store(line, e)
-    if e == NON_FINITE:
-        return
-    for k in range(length):
-        var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+    for k in range(stride):
+        var fixed = Int64(0)
+        if k < length and e != NON_FINITE:
+            fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
         comptime for i in range(len(MODULI)):
             comptime p = MODULI[i]
             if i < moduli:
                 var r = Int(fixed % Int64(p))
                 r = r + p if r < 0 else r
                 r = r - p if r >= (p + 1) // 2 else r  # symmetric: −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
-                residues.unsafe_store((i * lines + line) * length + k, Int8(r))
+                residues.unsafe_store((i * lines + line) * stride + k, Int8(r))
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -307,8 +319,8 @@ def residue_products(task: Int, args: Args):
     var output = task % (M * N)
     var chunk = task // (M * N) % chunks
     var i = task // (M * N * chunks)
-    var a = I8Ptr(unsafe_from_address=Int(args.addresses[1])).unsafe_offset((i * M + output // N) * K)
-    var b = I8Ptr(unsafe_from_address=Int(args.addresses[2])).unsafe_offset((i * N + output % N) * K)
+    var a = I8Ptr(unsafe_from_address=Int(args.addresses[1])).unsafe_offset((i * M + output // N) * padded(K))
+    var b = I8Ptr(unsafe_from_address=Int(args.addresses[2])).unsafe_offset((i * N + output % N) * padded(K))
     var total = Int32(0)
     for k in range(chunk * RESIDUE_CHUNK, min(K, (chunk + 1) * RESIDUE_CHUNK)):
         total += Int32(a.unsafe_load(k)) * Int32(b.unsafe_load(k))
@@ -365,7 +377,7 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
     """Bytes of the residue form's workspace: the residue planes (int8), the exponents and the chunk sums."""
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    return moduli * (M + N) * K + 4 * (M + N) + 4 * moduli * chunks * M * N
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N
 
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
@@ -379,8 +391,8 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
-    var b_residues = a_residues + moduli * M * K
-    var a_exponents = b_residues + moduli * N * K
+    var b_residues = a_residues + moduli * M * padded(K)
+    var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
     for side in range(2):
@@ -400,15 +412,19 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
         args.sizes[4] = Int64(lines)
         args.sizes[5] = Int64(moduli)
         launch_index[exact_residues](dev, lines, args)
-    var products = Args.empty()  # RESIDUE_PRODUCTS
-    products.addresses[0] = Int64(sums)
-    products.addresses[1] = Int64(a_residues)
-    products.addresses[2] = Int64(b_residues)
-    products.sizes[0] = Int64(M)
-    products.sizes[1] = Int64(N)
-    products.sizes[2] = Int64(K)
-    products.sizes[3] = Int64(moduli)
-    launch_index[residue_products](dev, moduli * chunks * M * N, products)
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
+    else:
+        var products = Args.empty()  # RESIDUE_PRODUCTS
+        products.addresses[0] = Int64(sums)
+        products.addresses[1] = Int64(a_residues)
+        products.addresses[2] = Int64(b_residues)
+        products.sizes[0] = Int64(M)
+        products.sizes[1] = Int64(N)
+        products.sizes[2] = Int64(K)
+        products.sizes[3] = Int64(moduli)
+        launch_index[residue_products](dev, moduli * chunks * M * N, products)
     var crt = Args.empty()  # CRT_ROUND
     crt.addresses[0] = Int64(Int(c))
     crt.addresses[1] = Int64(sums)
@@ -421,3 +437,33 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     crt.sizes[4] = Int64(moduli)
     crt.sizes[5] = Int64(1 if accumulate else 0)
     launch_index[crt_round](dev, M * N, crt)
+
+
+def plane_products_on_tensor_cores(
+    dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
+) raises:
+    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact), one product per (modulus,
+    chunk of k): S[m, n] = Σ_k a[m, k]·b[n, k], which in cuBLAS's column-major terms is Sᵀ = B·Aᵀ, the "TN"
+    form its int8 kernels take (line lengths padded to 16 bytes)."""
+    var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
+    var stride = padded(K)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var one = Int32(1)
+    var zero = Int32(0)
+    var alpha = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=one)))
+    var beta = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=zero)))
+    for i in range(moduli):
+        for chunk in range(chunks):
+            var first = chunk * RESIDUE_CHUNK
+            var length = min(stride, first + RESIDUE_CHUNK) - first
+            var a = a_residues + i * M * stride + first
+            var b = b_residues + i * N * stride + first
+            var s = sums + 4 * (i * chunks + chunk) * M * N
+            check_cublas_error(cublasGemmEx(
+                handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int32(N), Int32(M),
+                Int32(length), alpha,
+                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int32(stride),
+                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int32(stride), beta,
+                Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int32(N),
+                ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
+            ), msg="gemm_exact: cuBLAS's int8 product")

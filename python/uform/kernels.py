@@ -195,6 +195,8 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     _expect(a, "A", m * k)
     _expect(b, "B", k * n)
     _expect(c, "C", m * n)
+    if residues and device.is_gpu:
+        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
     workspace = device.scratch(-(-_engine.gemm_exact_workspace(m, n, k) // 4))
     _call("gemm_exact", _engine.gemm_exact, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
           bool(transpose_b), bool(accumulate), bool(residues), workspace.address)
