@@ -217,14 +217,24 @@ def exact_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: Produ
                                                        p.workspace)
 
 
+def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The exact GEMM's tensor-core form (kernels/gemm_exact.mojo): the same value from residues modulo the
+    primes; the workspace holds the residue planes and their products."""
+    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
+                                                                p.workspace)
+
+
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """Bytes of the workspace a fast M×N×K product needs for its operands' bf16 copies."""
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
 def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace an exact M×N×K product needs."""
-    return PythonObject(gemm_exact.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
+    """Bytes of the workspace an exact M×N×K product needs, in either form."""
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), gemm_exact.residue_workspace_bytes(m, n, k)))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
@@ -299,6 +309,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[product[identical_product]]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[product[exact_product]]("gemm_exact")
+        m.def_function[product[exact_residue_product]]("gemm_exact_residues")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
         m.def_function[product[fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")

@@ -58,3 +58,25 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
     with pytest.raises(ValueError, match="k up to"):
         K.gemm_exact(device.empty((1, 1)), device.empty(K.EXACT_GEMM_MAX_K + 1), device.empty(K.EXACT_GEMM_MAX_K + 1),
                      1, 1, K.EXACT_GEMM_MAX_K + 1)
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (7, 5, 33, False, False, True),
+                                              (9, 6, 300, True, False, False), (5, 8, 700, False, True, True),
+                                              (3, 2, 70000, False, False, False), (4, 3, 140000, False, False, True)])
+def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
+    """The tensor-core form (residues modulo the primes, Garner's reconstruction) equals the limb form bit for
+    bit, k past one int32 chunk (2^16) included, NaN lines too."""
+    rng = np.random.default_rng(m * n + k)
+    a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))
+    b = ((rng.random((n, k) if tb else (k, n)) - 0.5) * np.exp(2 * rng.standard_normal((n, k) if tb else (k, n))))
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    if m > 2:
+        a.reshape(-1)[5] = np.nan
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    results = []
+    for residues in (False, True):
+        c = device.put(c0)
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=ta, transpose_b=tb, accumulate=acc,
+                     residues=residues)
+        results.append(c.numpy().view(np.uint32))
+    assert np.array_equal(results[0], results[1])

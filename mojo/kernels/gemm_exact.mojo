@@ -25,6 +25,10 @@ from std.memory import bitcast
 from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_index
 from engine.numerics import CANONICAL_NAN
+from engine.target import HAS_ACCELERATOR
+from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmEx, cublasOperation_t
+from _cublas.dtype import DataType
+from linalg.matmul.vendor.blas import _get_global_handle
 
 comptime LIMB = 16  # bits of a fixed-point value's low limb
 comptime NON_FINITE = Int32(1 << 30)  # the exponent a line holding an infinity or a NaN records
@@ -60,25 +64,38 @@ def exact_prep(line: Int, args: Args):
     var length = args.size(0)
     var step = args.size(2)
     var bits = args.size(3)
+    var e = line_exponent(x, length, step)
+    args.i32(2).unsafe_store(line, e)
+    if e == NON_FINITE:
+        return
+    for i in range(length):
+        var fixed = fixed_point(x.unsafe_load(i * step), bits, Int(e))
+        high.unsafe_store(i, Int32(fixed >> Int64(LIMB)))
+        low.unsafe_store(i, Int32(fixed & Int64((1 << LIMB) - 1)))
+
+
+@always_inline
+def line_exponent(x: F32Ptr, length: Int, step: Int) -> Int32:
+    """e of a line: its largest magnitude lies in [2^(e−1), 2^e); 0 when all zero, NON_FINITE with an
+    infinity or a NaN."""
     var largest = UInt32(0)
     for i in range(length):
         var magnitude = bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF
         largest = max(largest, magnitude)  # float32 magnitudes order as their bit patterns do
-    if largest >= 0x7F800000:  # an infinity or a NaN: every output of the line is NaN
-        args.i32(2).unsafe_store(line, NON_FINITE)
-        return
-    var e = 0 if largest == 0 else significand_bits(largest) + binade(largest)
-    args.i32(2).unsafe_store(line, Int32(e))
-    for i in range(length):
-        var pattern = bitcast[DType.uint32](x.unsafe_load(i * step))
-        var magnitude = pattern & 0x7FFFFFFF
-        var shift = binade(magnitude) + bits - e  # x = m·2^binade, so x·2^(bits − e) = m·2^shift
-        var m = Int64(significand(magnitude))
-        var fixed = m << Int64(shift) if shift >= 0 else (m >> Int64(min(-shift, 63)))
-        if pattern >> 31 == 1:
-            fixed = -fixed
-        high.unsafe_store(i, Int32(fixed >> Int64(LIMB)))
-        low.unsafe_store(i, Int32(fixed & Int64((1 << LIMB) - 1)))
+    if largest >= 0x7F800000:
+        return NON_FINITE
+    return Int32(0 if largest == 0 else significand_bits(largest) + binade(largest))
+
+
+@always_inline
+def fixed_point(value: Float32, bits: Int, e: Int) -> Int64:
+    """trunc(value·2^(bits − e)), from the float32 bits: value = ±m·2^binade, so the result is ±m·2^shift."""
+    var pattern = bitcast[DType.uint32](value)
+    var magnitude = pattern & 0x7FFFFFFF
+    var shift = binade(magnitude) + bits - e
+    var m = Int64(significand(magnitude))
+    var fixed = m << Int64(shift) if shift >= 0 else (m >> Int64(min(-shift, 63)))
+    return -fixed if pattern >> 31 == 1 else fixed
 
 
 @always_inline
@@ -223,3 +240,231 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
     args.sizes[2] = Int64(bits)
     args.sizes[3] = Int64(1 if accumulate else 0)
     launch_index[exact_products](dev, M * N, args)
+
+
+# ---- the tensor-core form: residues modulo the primes, then the Chinese remainder theorem ------------------
+#
+# X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
+# each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
+# int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
+# turns the N residues of X into X. On a GPU the plane products are int8 tensor-core GEMMs; the prep and the
+# reconstruction are the bodies below, which the CPU runs too.
+
+comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
+comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
+
+
+def padded(K: Int) -> Int:
+    """The stored length of a residue line of K values."""
+    return (K + RESIDUE_ALIGNMENT - 1) // RESIDUE_ALIGNMENT * RESIDUE_ALIGNMENT
+
+
+def inverse_mod(a: Int, p: Int) -> Int:
+    """a⁻¹ mod p for coprime a and p (extended Euclid); evaluated at compile time for the MODULI."""
+    var t = 0
+    var next_t = 1
+    var r = p
+    var next_r = a % p
+    while next_r != 0:
+        var q = r // next_r
+        var saved_t = t - q * next_t
+        t = next_t
+        next_t = saved_t
+        var saved_r = r - q * next_r
+        r = next_r
+        next_r = saved_r
+    return t % p
+
+
+comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
+comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines moduli", "")
+
+
+def exact_residues(line: Int, args: Args):
+    """Line `line` of x, as exact_prep takes it: its exponent, and the symmetric residues of its fixed-point
+    values modulo each of the first `moduli` MODULI, residues[(i·lines + line)·padded(length) + k] (int8; the
+    padding, and every residue of a non-finite line, zero)."""
+    var length = args.size(0)
+    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var step = args.size(2)
+    var bits = args.size(3)
+    var lines = args.size(4)
+    var moduli = args.size(5)
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    var stride = padded(length)
+    var e = line_exponent(x, length, step)
+    args.i32(1).unsafe_store(line, e)
+    for k in range(stride):
+        var fixed = Int64(0)
+        if k < length and e != NON_FINITE:
+            fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+        comptime for i in range(len(MODULI)):
+            comptime p = MODULI[i]
+            if i < moduli:
+                var r = Int(fixed % Int64(p))
+                r = r + p if r < 0 else r
+                r = r - p if r >= (p + 1) // 2 else r  # symmetric: −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
+                residues.unsafe_store((i * lines + line) * stride + k, Int8(r))
+
+
+comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
+
+
+def residue_products(task: Int, args: Args):
+    """sums[(i·chunks + c)·M·N + m·N + n] = Σ_{k in chunk c} a_i[m, k]·b_i[n, k] in int32, the task being that
+    index (chunks of RESIDUE_CHUNK k): the int8 plane products a GPU runs on its tensor cores."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var K = args.size(2)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var output = task % (M * N)
+    var chunk = task // (M * N) % chunks
+    var i = task // (M * N * chunks)
+    var a = I8Ptr(unsafe_from_address=Int(args.addresses[1])).unsafe_offset((i * M + output // N) * padded(K))
+    var b = I8Ptr(unsafe_from_address=Int(args.addresses[2])).unsafe_offset((i * N + output % N) * padded(K))
+    var total = Int32(0)
+    for k in range(chunk * RESIDUE_CHUNK, min(K, (chunk + 1) * RESIDUE_CHUNK)):
+        total += Int32(a.unsafe_load(k)) * Int32(b.unsafe_load(k))
+    args.i32(0).unsafe_store(task, total)
+
+
+comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits moduli accumulate", "")
+
+
+def crt_round(output: Int, args: Args):
+    """Output (m, n): X from its residues (the chunk sums of each plane product, modulo its prime) by Garner's
+    mixed radix, X = v0 + p0·(v1 + p1·(v2 + …)), taken symmetric (|X| < P/2), then rounded as exact_products
+    rounds it; NaN for a non-finite line."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var K = args.size(2)
+    var bits = args.size(3)
+    var moduli = args.size(4)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var c = args.f32(0)
+    var e = args.i32(2).unsafe_load(output // N)
+    var f = args.i32(3).unsafe_load(output % N)
+    if e == NON_FINITE or f == NON_FINITE:
+        c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
+        return
+    var sums = args.i32(1)
+    var digits = SIMD[DType.int64, 16](0)  # Garner's mixed-radix digits v_i, each in [0, p_i)
+    comptime for i in range(len(MODULI)):
+        comptime p = Int64(MODULI[i])
+        if i < moduli:
+            var residue = Int64(0)
+            for chunk in range(chunks):
+                residue += Int64(sums.unsafe_load((i * chunks + chunk) * M * N + output))
+            var digit = residue % p
+            comptime for j in range(i):
+                comptime inverse = Int64(inverse_mod(MODULI[j], MODULI[i]))  # p_j⁻¹ mod p_i
+                digit = (digit - digits[j]) % p * inverse % p
+            digits[i] = digit + p if digit < 0 else digit
+    var x = UInt128(0)
+    var product = UInt128(1)
+    comptime for step in range(len(MODULI)):
+        comptime i = len(MODULI) - 1 - step
+        if i < moduli:
+            x = x * UInt128(MODULI[i]) + UInt128(digits[i])
+            product *= UInt128(MODULI[i])
+    var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
+    var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
+    if args.flag(5):
+        rounded_value = c.unsafe_load(output) + rounded_value
+    c.unsafe_store(output, rounded_value)
+
+
+def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
+    """Bytes of the residue form's workspace: the residue planes (int8), the exponents and the chunk sums."""
+    var moduli = moduli_count(K)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N
+
+
+def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+) raises:
+    """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
+    residue_workspace_bytes(M, N, K)."""
+    if K > MAX_K:
+        raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
+    var bits = bits_per_side(K)
+    var moduli = moduli_count(K)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var a_residues = workspace
+    var b_residues = a_residues + moduli * M * padded(K)
+    var a_exponents = b_residues + moduli * N * padded(K)
+    var b_exponents = a_exponents + 4 * M
+    var sums = b_exponents + 4 * N
+    for side in range(2):
+        var args = Args.empty()  # EXACT_RESIDUES
+        var lines = M if side == 0 else N
+        args.addresses[0] = Int64(a_residues if side == 0 else b_residues)
+        args.addresses[1] = Int64(a_exponents if side == 0 else b_exponents)
+        args.addresses[2] = Int64(Int(a) if side == 0 else Int(b))
+        args.sizes[0] = Int64(K)
+        if side == 0:
+            args.sizes[1] = Int64(1 if transpose_a else K)
+            args.sizes[2] = Int64(M if transpose_a else 1)
+        else:
+            args.sizes[1] = Int64(K if transpose_b else 1)
+            args.sizes[2] = Int64(1 if transpose_b else N)
+        args.sizes[3] = Int64(bits)
+        args.sizes[4] = Int64(lines)
+        args.sizes[5] = Int64(moduli)
+        launch_index[exact_residues](dev, lines, args)
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
+    else:
+        var products = Args.empty()  # RESIDUE_PRODUCTS
+        products.addresses[0] = Int64(sums)
+        products.addresses[1] = Int64(a_residues)
+        products.addresses[2] = Int64(b_residues)
+        products.sizes[0] = Int64(M)
+        products.sizes[1] = Int64(N)
+        products.sizes[2] = Int64(K)
+        products.sizes[3] = Int64(moduli)
+        launch_index[residue_products](dev, moduli * chunks * M * N, products)
+    var crt = Args.empty()  # CRT_ROUND
+    crt.addresses[0] = Int64(Int(c))
+    crt.addresses[1] = Int64(sums)
+    crt.addresses[2] = Int64(a_exponents)
+    crt.addresses[3] = Int64(b_exponents)
+    crt.sizes[0] = Int64(M)
+    crt.sizes[1] = Int64(N)
+    crt.sizes[2] = Int64(K)
+    crt.sizes[3] = Int64(bits)
+    crt.sizes[4] = Int64(moduli)
+    crt.sizes[5] = Int64(1 if accumulate else 0)
+    launch_index[crt_round](dev, M * N, crt)
+
+
+def plane_products_on_tensor_cores(
+    dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
+) raises:
+    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact), one product per (modulus,
+    chunk of k): S[m, n] = Σ_k a[m, k]·b[n, k], which in cuBLAS's column-major terms is Sᵀ = B·Aᵀ, the "TN"
+    form its int8 kernels take (line lengths padded to 16 bytes)."""
+    var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
+    var stride = padded(K)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var one = Int32(1)
+    var zero = Int32(0)
+    var alpha = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=one)))
+    var beta = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=zero)))
+    for i in range(moduli):
+        for chunk in range(chunks):
+            var first = chunk * RESIDUE_CHUNK
+            var length = min(stride, first + RESIDUE_CHUNK) - first
+            var a = a_residues + i * M * stride + first
+            var b = b_residues + i * N * stride + first
+            var s = sums + 4 * (i * chunks + chunk) * M * N
+            check_cublas_error(cublasGemmEx(
+                handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int32(N), Int32(M),
+                Int32(length), alpha,
+                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int32(stride),
+                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int32(stride), beta,
+                Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int32(N),
+                ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
+            ), msg="gemm_exact: cuBLAS's int8 product")

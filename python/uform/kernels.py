@@ -199,15 +199,19 @@ def _scratch_bytes(device, nbytes: int) -> Buffer:
 
 
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
-               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False) -> None:
+               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False,
+               residues: bool = False) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
     yet the trainers' GEMM; layouts as ``gemm``."""
     if k > EXACT_GEMM_MAX_K:
         raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
+    if residues and device.is_gpu:
+        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
     workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k))
-    _call("gemm_exact", _engine.gemm_exact, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
+    product = _engine.gemm_exact_residues if residues else _engine.gemm_exact
+    _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
           bool(transpose_b), bool(accumulate), 0, 0, workspace.address)
 
 
