@@ -18,7 +18,7 @@ from engine.launch import (
 )
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     gemm_fast, late_interaction, norms, pointwise, rotary, rows)
+                     gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -159,7 +159,8 @@ def fast_attention_kernel[body: GpuTeamBody, registers: Int](
 @fieldwise_init
 struct ProductCall(ImplicitlyCopyable, Movable):
     """One GEMM call's operands from Python: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for
-    (0: none) and, for fast mode, A's and B's bf16 copies (0: none)."""
+    (0: none), for fast mode A's and B's bf16 copies (0: none), and the identical product's k-range length
+    (0: the canonical rule; kernels/gemm.mojo)."""
 
     var c: F32Ptr
     var a: F32Ptr
@@ -171,6 +172,7 @@ struct ProductCall(ImplicitlyCopyable, Movable):
     var a16: Int
     var b16: Int
     var workspace: Int
+    var range_length: Int
 
 
 comptime ProductBody = def[transpose_a: Bool, transpose_b: Bool](DevicePtr, ProductCall) raises thin -> None
@@ -181,12 +183,13 @@ def product[body: ProductBody](
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
     transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, a16: PythonObject,
-    b16: PythonObject, workspace: PythonObject,
+    b16: PythonObject, workspace: PythonObject, range_length: PythonObject,
 ) raises -> PythonObject:
     """C[M×N] (+)= op(A)·op(B) by `body`, compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
     var dev = device_of(device)
     var call = ProductCall(f32_at(Int(py=c)), f32_at(Int(py=a)), f32_at(Int(py=b)), Int(py=M),
-                           Int(py=N), Int(py=K), Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace))
+                           Int(py=N), Int(py=K), Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace),
+                           Int(py=range_length))
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
@@ -202,7 +205,8 @@ def product[body: ProductBody](
 
 def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
     """The identical GEMM (kernels/gemm.mojo); the workspace holds the split-k partial sums."""
-    gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace))
+    gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace),
+                                           p.range_length)
 
 
 def fast_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
@@ -237,9 +241,10 @@ def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) rais
     return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), gemm_exact.residue_workspace_bytes(m, n, k)))
 
 
-def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
+def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
+                range_length: PythonObject) raises -> PythonObject:
     """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
-    return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K)))
+    return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K), Bool(py=transpose_a), Int(py=range_length)))
 
 
 def index[body: def(Int, Args) thin -> None](
@@ -327,6 +332,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
         index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
+        index[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")

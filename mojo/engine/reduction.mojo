@@ -5,8 +5,15 @@ in ascending order, then the lanes are folded by halves (l + l+16, then +8, +4,
 +2, +1). One CPU thread or one GPU thread runs exactly this code, so the order
 never depends on the thread schedule. Contractions inside GEMM and attention
 (dot products) are instead sequential `fma` chains over the contraction index.
+
+Sums over the rows of a packed batch (the encoder's weight gradients, norm gains and
+embedding table: one partial per row) are combined by `tree_reduce` instead, the
+contiguous pairwise tree T(0..n) = T(0..m) + T(m..n), m the largest power of two below
+n. Every aligned block of 2^j rows is a subtree, so devices holding such blocks can sum
+their own rows and the blocks' sums then combine to the same bits (docs/mesh.md).
 """
 
+from std.collections import Array
 from std.math import fma
 from max.gpu.primitives.warp import shuffle_down, shuffle_idx
 from engine.device import F32Ptr
@@ -96,3 +103,29 @@ def row_max(p: F32Ptr, n: Int) -> Float32:
         var x = p.unsafe_load(i)
         m = x if x > m else m
     return m
+
+
+comptime TREE_DEPTH = 64  # partial sums a tree_reduce holds at once: enough for 2^63 values
+
+
+@always_inline
+def tree_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
+    """Σ value(i) for i in [0, n) (n ≥ 1) as the contiguous pairwise tree (the module doc), by a binary counter:
+    after value(i) is pushed, the stack holds the sums of the aligned blocks that make up [0, i], largest first
+    (the set bits of i + 1); each trailing one bit of i merges the new value with the block below it. At the
+    end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split."""
+    var stack = Array[Float32, TREE_DEPTH](fill=0)
+    var depth = 0
+    for i in range(n):
+        var x = value(i)
+        var bits = i
+        while bits & 1:
+            depth -= 1
+            x = stack[depth] + x
+            bits >>= 1
+        stack[depth] = x
+        depth += 1
+    var total = stack[depth - 1]
+    for level in range(depth - 2, -1, -1):
+        total = stack[level] + total
+    return total

@@ -3,11 +3,15 @@
     C[m, n] = C0[m, n] + Σ_k a(m, k)·b(k, n)      (C0 = 0 unless accumulating)
 
 The canonical order: every output is one chain of fma over k = 0, 1, …, K−1,
-starting from +0, and C0 is added once at the end. A product with a small output
+starting from +0, and C0 is added once at the end. An Aᵀ·B product with a small output
 and a long k (the weight gradients: hidden × hidden summed over every token) is cut
 into `k_chunks(M, N, K)` consecutive k ranges instead: each range its own chain from
 +0, the ranges' partial sums then added in ascending order, then C0. The count
-depends on M, N and K alone, so every device cuts the same ranges. Both launchers keep it:
+depends on M, N and K alone, so every device cuts the same ranges; A·B and A·Bᵀ
+products are never cut, so each output row depends on its own row of A alone. A
+caller may instead name the ranges' length (`range_length`, Aᵀ·B only: the encoder's
+weight gradients, one range per packed row): each range its own chain from +0, the
+ranges then combined by the row tree (kernels/tree_sum.mojo), then C0. Both launchers keep it:
 the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
 kernel gives each thread an 8×8 (large tiles) or 4×8 (small tiles) block of outputs, each its own chain, while the
 block stages k slices of A and B through two shared-memory stages (below). Tile
@@ -28,6 +32,7 @@ from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
 from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_index
 from engine.target import HAS_ACCELERATOR
+from kernels.tree_sum import tree_sum
 
 
 @always_inline
@@ -82,9 +87,12 @@ def small_output(M: Int, N: Int) -> Bool:
     return large_tiles(M, N) < SMALL_OUTPUT_BLOCKS
 
 
-def k_chunks(M: Int, N: Int, K: Int) -> Int:
-    """How many consecutive k ranges the canonical order cuts this product into."""
-    if not small_output(M, N) or K < SPLIT_MIN_K:
+def k_chunks(M: Int, N: Int, K: Int, transpose_a: Bool, range_length: Int) -> Int:
+    """How many consecutive k ranges the canonical order cuts this product into: K / range_length rounded up
+    when a range length is named, else the small-output rule for Aᵀ·B products."""
+    if range_length > 0:
+        return (K + range_length - 1) // range_length
+    if not transpose_a or not small_output(M, N) or K < SPLIT_MIN_K:
         return 1
     return min(MAX_CHUNKS, K // MIN_CHUNK)
 
@@ -479,10 +487,14 @@ def launch_gemm[
 
 def gemm_on[transpose_a: Bool, transpose_b: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, partials: F32Ptr,
+    range_length: Int,
 ) raises:
-    """The product in the canonical order; with several k ranges, through `partials` [chunks, M, N]."""
-    var chunks = k_chunks(M, N, K)
-    var length = chunk_length(K, chunks)
+    """The product in the canonical order; with several k ranges, through `partials` [chunks, M, N]. A positive
+    `range_length` names the ranges (Aᵀ·B only), combined by the row tree."""
+    if range_length > 0 and not transpose_a:
+        raise Error("gemm: k ranges of a named length are for Aᵀ·B products")
+    var chunks = k_chunks(M, N, K, transpose_a, range_length)
+    var length = range_length if range_length > 0 else chunk_length(K, chunks)
     if chunks > 1 and Int(partials) == 0:
         raise Error("gemm: a ", M, "×", N, "×", K, " product needs a partial-sums workspace")
     var target = c if chunks == 1 else partials
@@ -505,11 +517,14 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
                 accumulate and chunks == 1,
             )
     if chunks > 1:
-        var args = Args.empty()  # SUM_CHUNKS
+        var args = Args.empty()  # SUM_CHUNKS and TREE_SUM
         args.addresses[0] = Int64(Int(c))
         args.addresses[1] = Int64(Int(partials))
         args.sizes[0] = Int64(M * N)
         args.sizes[1] = Int64(chunks)
         args.sizes[2] = Int64(1 if accumulate else 0)
-        launch_index[sum_chunks](dev, M * N, args)
+        if range_length > 0:
+            launch_index[tree_sum](dev, M * N, args)
+        else:
+            launch_index[sum_chunks](dev, M * N, args)
 

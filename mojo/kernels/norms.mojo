@@ -135,23 +135,25 @@ def cross_entropy(r: Int, args: Args):
             dz.unsafe_store(i, g)
 
 
-comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns", "")
+comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns chunk", "")
 
 
 def column_partial_sums(task: Int, args: Args):
-    """Stage 1, one task per (chunk, column): partial [chunks, C] of x [R, C]."""
+    """Stage 1, one task per (chunk, column): partial [chunks, C] of x [R, C], each chunk `chunk` rows of x
+    (COLUMN_CHUNK, or one packed row's tokens when the stage 2 is the row tree: kernels/tree_sum.mojo)."""
     var partial = args.f32(0)
     var x = args.f32(1)
     var R = args.size(0)
     var C = args.size(1)
+    var length = args.size(2)
     var chunk = task // C
     var column = task % C
-    var begin = chunk * COLUMN_CHUNK
+    var begin = chunk * length
 
     def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
         return x.unsafe_load((begin + i) * C + column)
 
-    partial.unsafe_store(task, canonical_reduce(value, min(COLUMN_CHUNK, R - begin)))
+    partial.unsafe_store(task, canonical_reduce(value, min(length, R - begin)))
 
 
 comptime COLUMN_SUMS_FINISH = Interface("out partial", "chunks columns accumulate", "")

@@ -174,9 +174,9 @@ def fill(y: Buffer, value: float) -> None:
 # ---- GEMM ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4096)
-def _gemm_chunks(m: int, n: int, k: int) -> int:
-    """How many k ranges the canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo), per shape."""
-    return int(_engine.gemm_chunks(m, n, k))
+def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool, k_range: int) -> int:
+    """How many k ranges the canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo)."""
+    return int(_engine.gemm_chunks(m, n, k, bool(transpose_a), int(k_range)))
 
 
 def _gemm_operands(what: str, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, transpose_a: bool,
@@ -212,7 +212,7 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k))
     product = _engine.gemm_exact_residues if residues else _engine.gemm_exact
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), 0, 0, workspace.address)
+          bool(transpose_b), bool(accumulate), 0, 0, workspace.address, 0)
 
 
 def cast_bf16(y: Buffer, x: Buffer) -> None:
@@ -224,8 +224,12 @@ def cast_bf16(y: Buffer, x: Buffer) -> None:
 
 def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
          transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, fast: bool = False,
-         a16: Buffer | None = None, b16: Buffer | None = None) -> None:
+         a16: Buffer | None = None, b16: Buffer | None = None, k_range: int = 0) -> None:
     """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b).
+
+    k_range > 0 (Aᵀ·B only): k cut into ranges of that length (one per packed row), each its own fma chain,
+    combined by the row tree (``tree_sum``), so devices holding aligned blocks of rows can sum their own and
+    combine (docs/mesh.md); 0: the canonical rule. Fast products ignore it.
 
     fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
     copies from a16 and b16 when given (``cast_bf16`` of A and of B, made once for several products) and
@@ -240,12 +244,15 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
         workspace = _scratch_bytes(device, _engine.gemm_fast_workspace(m, n, k))
         _call("gemm_fast", _engine.gemm_fast, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
               bool(transpose_b), bool(accumulate), 0 if a16 is None else a16.address,
-              0 if b16 is None else b16.address, workspace.address, label=label + "_fast")
+              0 if b16 is None else b16.address, workspace.address, 0, label=label + "_fast")
         return
-    chunks = _gemm_chunks(m, n, k)
+    if k_range < 0 or (k_range and not transpose_a):
+        raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
+    chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
     partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
     _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), 0, 0, partials, label=label + ("_split_k" if chunks > 1 else ""))
+          bool(accumulate), 0, 0, partials, int(k_range),
+          label=label + ("_rows" if k_range else "_split_k" if chunks > 1 else ""))
 
 
 # ---- rows ------------------------------------------------------------------------------------
@@ -295,23 +302,36 @@ def cross_entropy(losses: Buffer, dlogits: Buffer | None, logits: Buffer, target
             grad_scale=grad_scale)
 
 
-def column_sum_workspace(device, rows: int, columns: int) -> Buffer:
+def column_sum_workspace(device, rows: int, columns: int, row_length: int = 0) -> Buffer:
     """The partial sums buffer column_sum needs for this geometry."""
-    return device.empty((-(-rows // COLUMN_CHUNK), columns))
+    return device.empty((-(-rows // (row_length or COLUMN_CHUNK)), columns))
 
 
 def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: bool = False,
-               partial: Buffer | None = None) -> None:
-    """out[c] (+)= Σ_r x[r, c], in two fixed stages of COLUMN_CHUNK rows (partial: a reusable workspace)."""
+               partial: Buffer | None = None, row_length: int = 0) -> None:
+    """out[c] (+)= Σ_r x[r, c], in two fixed stages: sums of COLUMN_CHUNK rows added in the canonical order, or,
+    with row_length, sums of each packed row's row_length tokens combined by the row tree (``tree_sum``).
+    partial: a reusable workspace (``column_sum_workspace``)."""
     _expect(x, "x", rows * columns)
     _expect(out, "out", columns)
-    chunks = -(-rows // COLUMN_CHUNK)
+    chunk = row_length or COLUMN_CHUNK
+    chunks = -(-rows // chunk)
     if partial is None:
-        partial = column_sum_workspace(out.device, rows, columns)
+        partial = column_sum_workspace(out.device, rows, columns, row_length)
     _expect(partial, "partial", chunks * columns)
-    _launch("column_partial_sums", chunks * columns, partial=partial, x=x, rows=rows, columns=columns)
-    _launch("column_sums_finish", columns, out=out, partial=partial, chunks=chunks, columns=columns,
-            accumulate=accumulate)
+    _launch("column_partial_sums", chunks * columns, partial=partial, x=x, rows=rows, columns=columns, chunk=chunk)
+    if row_length:
+        tree_sum(out, partial, chunks, accumulate=accumulate)
+    else:
+        _launch("column_sums_finish", columns, out=out, partial=partial, chunks=chunks, columns=columns,
+                accumulate=accumulate)
+
+
+def tree_sum(out: Buffer, partials: Buffer, count: int, *, accumulate: bool = False) -> None:
+    """out (+)= T(partials[0], …, partials[count − 1]) element-wise: the row tree (kernels/tree_sum.mojo) over
+    `count` partial sums of out's size, one per packed row."""
+    _expect(partials, "partials", count * out.size)
+    _launch("tree_sum", out.size, out=out, partials=partials, size=out.size, count=count, accumulate=accumulate)
 
 
 # ---- attention -------------------------------------------------------------------------------------
@@ -446,24 +466,36 @@ def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int, *, ro
     _launch("embedding_forward", ids.size, out=out, table=table, ids=ids, rows=rows, row_of=row_of, width=width)
 
 
-def embedding_groups(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens grouped by id for the backward: a stable order and CSR offsets (int32)."""
-    ids = np.asarray(ids).reshape(-1)
-    order = np.argsort(ids, kind="stable").astype(np.int32)
-    offsets = np.zeros(vocab_size + 1, np.int32)
-    np.cumsum(np.bincount(ids, minlength=vocab_size), out=offsets[1:])
+def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens grouped by id for the backward: a stable order and CSR offsets (int32); with row_length, grouped
+    by (packed row of row_length tokens, id), offsets over rows × vocab_size groups."""
+    ids = np.asarray(ids).reshape(-1).astype(np.int64)
+    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids
+    groups = vocab_size if not row_length else -(-ids.size // row_length) * vocab_size
+    order = np.argsort(keys, kind="stable").astype(np.int32)
+    offsets = np.zeros(groups + 1, np.int32)
+    np.cumsum(np.bincount(keys, minlength=groups), out=offsets[1:])
     return order, offsets
 
 
 def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Buffer, width: int, *,
-                       accumulate: bool = False) -> None:
-    """dtable[v] (+)= Σ of d_out over the tokens of id v, in ascending token order."""
-    vocab = offsets.size - 1
-    _expect(dtable, "dtable", vocab * width)
+                       accumulate: bool = False, partials: Buffer | None = None) -> None:
+    """dtable[v] (+)= Σ of d_out over the tokens of id v, in ascending token order; with `partials` (offsets from
+    ``embedding_groups`` by packed row), each row's sums into partials [rows, vocab, width], then the rows
+    combined by the row tree."""
+    vocab = dtable.size // width
+    groups = offsets.size - 1
     _expect(order, "order", order.size, np.int32)
     _expect(d_out, "d_out", order.size * width)
-    _launch("embedding_backward", vocab * width, dtable=dtable, d_out=d_out, order=order, offsets=offsets, width=width,
-            accumulate=accumulate)
+    if partials is None:
+        _expect(dtable, "dtable", groups * width)
+        _launch("embedding_backward", groups * width, dtable=dtable, d_out=d_out, order=order, offsets=offsets,
+                width=width, accumulate=accumulate)
+        return
+    _expect(partials, "partials", groups * width)
+    _launch("embedding_backward", groups * width, dtable=partials, d_out=d_out, order=order, offsets=offsets,
+            width=width)
+    tree_sum(dtable, partials, groups // vocab, accumulate=accumulate)
 
 
 # ---- rows of the media heads --------------------------------------------------------------------

@@ -27,25 +27,29 @@ class TokenInputs:
     offsets: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1) -> TokenInputs:
-        """Buffers for n tokens; positions (n,), or (n, position_axes) for rotary positions on several axes."""
+    def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1, rows: int = 1) -> TokenInputs:
+        """Buffers for n tokens; positions (n,), or (n, position_axes) for rotary positions on several axes;
+        `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups)."""
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
         return cls(ids=device.empty(n, np.int32), positions=positions,
                    spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
-                   offsets=device.empty(vocabulary + 1, np.int32))
+                   offsets=device.empty(rows * vocabulary + 1, np.int32))
 
     def embed(self, out: Buffer, table: Buffer, rows: Buffer | None = None, row_of: Buffer | None = None) -> None:
         """out = table[ids], the rows of the embedding table, plus rows[row_of] where row_of ≥ 0 if given
         (the media tokens' patch embeddings)."""
         K.embedding_forward(out, table, self.ids, table.shape[1], rows=rows, row_of=row_of)
 
-    def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray) -> None:
+    def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray, *, row_length: int = 0,
+                           partials: Buffer | None = None) -> None:
         """The embedding table's gradient from the gradient at its output; `ids` are the host copy of
-        the ids, grouped on the host."""
-        order, offsets = K.embedding_groups(ids, self.offsets.size - 1)
+        the ids, grouped on the host. row_length > 0: each packed row of row_length tokens sums alone into
+        `partials` [rows, vocabulary, width], the rows then combined by the row tree (docs/mesh.md)."""
+        vocabulary, width = dtable.shape
+        order, offsets = K.embedding_groups(ids, vocabulary, row_length)
         self.order.write(order)
-        self.offsets.write(offsets)
-        K.embedding_backward(dtable, d_out, self.order, self.offsets, dtable.shape[1])
+        self.offsets.view(0, offsets.size).write(offsets)
+        K.embedding_backward(dtable, d_out, self.order, self.offsets.view(0, offsets.size), width, partials=partials)
 
 
 @dataclass
@@ -73,9 +77,10 @@ class CrossEntropyHead:
         K.cross_entropy(self.losses, self.dlogits if with_gradient else None, self.logits, self.targets,
                         grad_scale=grad_scale)
 
-    def backward(self, dweight: Buffer, dx: Buffer, x: Buffer, weight: Buffer) -> None:
-        """The weight's gradient and the gradient at x (both overwritten), from dlogits."""
+    def backward(self, dweight: Buffer, dx: Buffer, x: Buffer, weight: Buffer, *, row_length: int = 0) -> None:
+        """The weight's gradient and the gradient at x (both overwritten), from dlogits; row_length > 0 sums the
+        weight's gradient by packed rows (``kernels.gemm``'s k_range)."""
         n, vocabulary = self.logits.shape
         width = weight.shape[0]
-        K.gemm(dweight, x, self.dlogits, width, vocabulary, n, transpose_a=True)
+        K.gemm(dweight, x, self.dlogits, width, vocabulary, n, transpose_a=True, k_range=row_length)
         K.gemm(dx, self.dlogits, weight, n, width, vocabulary, transpose_b=True)

@@ -119,10 +119,10 @@ class StackWork:
     ds: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int) -> StackWork:
+    def allocate(cls, device: Device, g: StackGeometry, n: int, row_length: int = 0) -> StackWork:
         return cls(h_out=device.empty((n, g.width)), dh=device.empty((n, g.width)), dx=device.empty((n, g.width)),
                    scratch=device.empty((n, g.width)), dgain_rows=device.empty((n, g.width)),
-                   partial=K.column_sum_workspace(device, n, g.width), dq=device.empty((n, g.q_width)),
+                   partial=K.column_sum_workspace(device, n, g.width, row_length), dq=device.empty((n, g.q_width)),
                    dk=device.empty((n, g.kv_width)), dv=device.empty((n, g.kv_width)), do=device.empty((n, g.q_width)),
                    delta=device.empty((n, g.heads)), du=device.empty((n, g.mlp)), ds=device.empty((n, g.mlp)))
 
@@ -185,12 +185,17 @@ def position_axes(positions: Buffer) -> int:
 class TransformerStack:
     """The blocks' passes over N tokens; activations and scratch are kept per token count."""
 
-    def __init__(self, device: Device, geometry: StackGeometry, max_positions: int, *, fast: bool = False):
+    def __init__(self, device: Device, geometry: StackGeometry, max_positions: int, *, fast: bool = False,
+                 row_length: int = 0):
         """fast=True: the blocks' GEMMs and attention run in fast mode (bf16 tensor cores) on a GPU
-        (docs/numerics.md)."""
+        (docs/numerics.md). row_length > 0: the sums over tokens (weight gradients, norm gains) take each packed
+        row of row_length tokens alone and combine the rows by the row tree (``kernels.tree_sum``), so devices
+        sharing a batch by rows give one device's bits (docs/mesh.md); 0 keeps the canonical rule (the language
+        model)."""
         self.device = device
         self.geometry = geometry
         self.fast = fast
+        self.row_length = row_length
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
@@ -198,7 +203,7 @@ class TransformerStack:
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
         layers = [LayerActivations.allocate(d, g, n) for _ in range(g.layers)]
-        work = StackWork.allocate(d, g, n)
+        work = StackWork.allocate(d, g, n, self.row_length)
         return StackBuffers(layers=layers, work=work, copies=[LayerCopies.of(layer, self.fast) for layer in layers],
                             work_copies=WorkCopies.of(work, self.fast))
 
@@ -212,7 +217,9 @@ class TransformerStack:
         return self._buffers.keys()
 
     def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
-        K.gemm(c, a, b, m, n, k, fast=self.fast, **options)
+        """A product of the passes; a weight gradient (Aᵀ·B over the tokens) sums by rows (row_length)."""
+        K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=self.row_length if options.get("transpose_a") else 0,
+               **options)
 
     @staticmethod
     def _round(copy: Buffer | None, x: Buffer) -> None:
@@ -282,7 +289,7 @@ class TransformerStack:
             self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True, a16=c.m, b16=d16.du)
             self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_mid, w.mlp_norm, b.rstd2)
-            K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial)
+            K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial, row_length=self.row_length)
             K.add(dh, dh, dx)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
             self._round(d16.dh, dh)
@@ -301,7 +308,7 @@ class TransformerStack:
             self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk)
             self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv)
             K.rmsnorm_backward(dx, dgain_rows, dx, b.h_in, w.attention_norm, b.rstd1)
-            K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial)
+            K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial, row_length=self.row_length)
             K.add(dh, dh, dx)
         return dh
 

@@ -10,6 +10,7 @@ gradient; the trainer then applies AdamW.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,23 +116,36 @@ def initial_parameters(geometry: EncoderGeometry, seed: int, inverse_temperature
 
 @dataclass
 class StepBatch:
-    """One device's step, packed and resolved on the host (int32 arrays; pair targets float32)."""
+    """One device's step, packed and resolved on the host (int32 arrays; pair targets float32). Segments are
+    numbered in the world's order (every device's, docs/mesh.md); a device alone is its own world."""
 
     tokens: np.ndarray           # (rows, columns) corrupted inputs
     targets: np.ndarray          # (rows, columns) original bytes at covered positions, −1 elsewhere
     positions: np.ndarray        # (rows, columns), or (rows, columns, 3): time, row, column
-    token_segments: np.ndarray   # (rows, columns) packed segment index, −1 for padding
-    segment_starts: np.ndarray   # (S,) flat token index of each segment's first position
+    token_segments: np.ndarray   # (rows, columns) world segment index of each position, −1 for padding
+    segment_starts: np.ndarray   # (S,) flat token index of each of this device's segments' first position
     segment_lengths: np.ndarray  # (S,)
-    groups: np.ndarray           # (S,) temperature group of each segment
-    sign: np.ndarray             # (S, S) +1 attract, −1 repel, 0 skipped
-    weight: np.ndarray           # (S, S) weights with the form's normalisation folded in
+    groups: np.ndarray           # (W,) temperature group of each of the world's W segments
+    sign: np.ndarray             # (W, W) +1 attract, −1 repel, 0 skipped
+    weight: np.ndarray           # (W, W) weights with the form's normalisation folded in
     form: int                    # kernels.FORM_WEIGHTED_SIGMOID or FORM_RANKED
     ranked_norm: float
-    covered: int                 # positions the masked loss reads
+    covered: int                 # positions the masked loss reads, in the world
+    world_segments: np.ndarray = None  # (S,) the world index of each of this device's segments; None: 0 … S−1
+    world_lengths: np.ndarray = None   # (W,) every world segment's length; None: segment_lengths
     media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
     late: LateBatch | None = None    # the late-interaction rows and targets, if the run trains it
     choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
+
+    def __post_init__(self):
+        if self.world_segments is None:
+            self.world_segments = np.arange(len(self.segment_starts), dtype=np.int32)
+        if self.world_lengths is None:
+            self.world_lengths = self.segment_lengths
+
+    @property
+    def world_segment_count(self) -> int:
+        return int(self.world_lengths.size)
 
     def media_rows(self) -> MediaBatch | None:
         """The media rows, or None when the step packed no media token."""
@@ -150,6 +164,41 @@ class StepLosses:
 
 
 @dataclass
+class LocalOutputs:
+    """What one device's step gives the world between its two phases (``EncoderModel.step_phases``)."""
+
+    pooled: np.ndarray | None         # (S, hidden) mean final states of this device's segments, if contrastive
+    masked_losses: np.ndarray | None  # (rows·columns,) the masked loss at each position (0 where uncovered)
+
+
+@dataclass
+class WorldOutputs:
+    """What the world gives every device's step back: the pooled states of every segment in world order, and
+    the masked loss over the world's covered positions."""
+
+    pooled: np.ndarray | None
+    masked: float
+
+
+def masked_mean(losses: list[np.ndarray], covered: int) -> float:
+    """The masked loss of the world: the exact sum of every position's loss (math.fsum, so no order or split
+    changes it), over the covered count."""
+    if not covered:
+        return 0.0
+    values = np.concatenate([loss[loss != 0] for loss in losses]).astype(np.float64)
+    return math.fsum(values.tolist()) / covered
+
+
+def finish_phases(phases, world: WorldOutputs):
+    """Send the world's outputs into a step's second phase and answer what the step returns."""
+    try:
+        phases.send(world)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a step's phases yielded twice")
+
+
+@dataclass
 class PrefixBuffers:
     """One matryoshka width's unit-norm prefixes of the pooled embeddings, their gradient and 1/norms."""
 
@@ -163,7 +212,6 @@ class ContrastiveBuffers:
     """The contrastive head's buffers over S segments: the pair targets, pooled embeddings, scores and
     gradients, the full-width unit embeddings as scored, and one PrefixBuffers per matryoshka width."""
 
-    starts: Buffer
     lengths: Buffer
     groups: Buffer
     sign: Buffer
@@ -183,7 +231,7 @@ class ContrastiveBuffers:
     @classmethod
     def allocate(cls, device: Device, segments: int, hidden: int, widths: tuple[int, ...]) -> ContrastiveBuffers:
         d, S, H = device, segments, hidden
-        return cls(starts=d.empty(S, np.int32), lengths=d.empty(S, np.int32), groups=d.empty(S, np.int32),
+        return cls(lengths=d.empty(S, np.int32), groups=d.empty(S, np.int32),
                    sign=d.empty((S, S)), weight=d.empty((S, S)), pooled=d.empty((S, H)), dpooled=d.empty((S, H)),
                    temperature=d.empty((S, 2)), cos=d.empty((S, S)), dcos=d.empty((S, S)), row_losses=d.empty(S),
                    dlog_scale=d.empty(S), dbias=d.empty(S), full=d.empty((S, H)), full_inverse=d.empty(S),
@@ -321,6 +369,7 @@ class EncoderBuffers:
     y: Buffer
     rstd: Buffer
     dy: Buffer
+    embedding_partials: Buffer | None  # (rows, vocabulary, hidden): each packed row's embedding gradient (training)
     masked: CrossEntropyHead | None
     contrastive: ContrastiveBuffers | None
     media: MediaBuffers | None
@@ -336,7 +385,8 @@ class EncoderModel(ResidentState):
         self.widths = widths
         self.layer_weights = layer_tensors(self.weights, geometry.depth)
         self.layer_grads = layer_tensors(self.weight_grads, geometry.depth) if training else None
-        self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns, fast=self.fast)
+        self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns, fast=self.fast,
+                                      row_length=geometry.max_columns)
         self._buffers = RecentCache(self._allocate)
         self._pooling = RecentCache(self._allocate_pooling)
         self._late = RecentCache(lambda key: LateBuffers.allocate(self.device, *key, geometry.hidden,
@@ -355,7 +405,7 @@ class EncoderModel(ResidentState):
         return self._buffers((n, columns, segments))
 
     def _allocate(self, key: tuple[int, int, int]) -> EncoderBuffers:
-        n, _, segments = key
+        n, columns, segments = key
         d, g = self.device, self.geometry
         masked = CrossEntropyHead.allocate(d, n, VOCABULARY_SIZE) if g.masked else None
         contrastive = ContrastiveBuffers.allocate(d, segments, g.hidden, self.widths) \
@@ -364,17 +414,20 @@ class EncoderModel(ResidentState):
             row_of=d.empty(n, np.int32), embedded=d.empty((n, g.hidden)),
             modalities={name: ModalityBuffers.allocate(d, n, width, g.hidden) for name, width in g.media},
         ) if g.media else None
+        rows = n // columns
         return EncoderBuffers(
-            tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES),
+            tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES, rows=rows),
             token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
-            dy=d.empty((n, g.hidden)), masked=masked, contrastive=contrastive, media=media)
+            dy=d.empty((n, g.hidden)),
+            embedding_partials=d.empty((rows, VOCABULARY_SIZE, g.hidden)) if self.training else None,
+            masked=masked, contrastive=contrastive, media=media)
 
     def _forward(self, batch: StepBatch) -> tuple[EncoderBuffers, Buffer]:
         """The tower over a packed batch up to the final norm (in buffers.y); answers the buffers and the
         stack's output h."""
         rows, columns = batch.tokens.shape
-        n, S = rows * columns, len(batch.segment_starts)
-        buffers = self.buffers(n, columns, S)
+        buffers = self.buffers(rows * columns, columns, batch.world_segment_count)
+        n = rows * columns
         self._last_buffers = buffers
         tokens = buffers.tokens
         tokens.ids.write(batch.tokens.reshape(-1))
@@ -416,12 +469,25 @@ class EncoderModel(ResidentState):
 
     # ---- one step ------------------------------------------------------------------------------------
 
-    def step_losses(self, batch: StepBatch, *, text_weight: float, with_gradient: bool,
-                    want_pooled: bool = False, media_weights: dict[str, float] | None = None,
-                    late_weight: float = 0.0, choices_weight: float = 0.0) -> StepLosses:
-        """Forward and losses; with_gradient also the whole backward into self.gradients. media_weights:
-        each media modality's reconstruction weight (by name); late_weight and choices_weight the weights of
-        the late-interaction and choices terms."""
+    def step_losses(self, batch: StepBatch, **options) -> StepLosses:
+        """Forward and losses of a device alone (its own world); with_gradient also the whole backward into
+        self.gradients. The options are ``step_phases``'."""
+        phases = self.step_phases(batch, **options)
+        local = next(phases)
+        return finish_phases(phases, WorldOutputs(pooled=local.pooled,
+                                                  masked=masked_mean([local.masked_losses], batch.covered)
+                                                  if local.masked_losses is not None else 0.0))
+
+    def step_phases(self, batch: StepBatch, *, text_weight: float, with_gradient: bool, want_pooled: bool = False,
+                    media_weights: dict[str, float] | None = None, late_weight: float = 0.0,
+                    choices_weight: float = 0.0):
+        """One device's step in two phases, as a generator. The first runs the forward and the heads that read
+        this device's positions alone, then yields its ``LocalOutputs``; the world answers ``WorldOutputs``
+        (every device's pooled states, the world's masked loss: docs/mesh.md), with which the second phase runs
+        the contrastive head over the world's segments and, with_gradient, the whole backward into
+        self.gradients; the generator returns the StepLosses. media_weights: each media modality's
+        reconstruction weight (by name); late_weight and choices_weight the weights of the late-interaction and
+        choices terms (a device alone: the world of one that ``step_losses`` drives)."""
         g = self.geometry
         n, H = batch.tokens.size, g.hidden
         media_weights = media_weights or {}
@@ -429,23 +495,28 @@ class EncoderModel(ResidentState):
         tokens = buffers.tokens
         media = batch.media_rows()
 
-        masked = contrastive = 0.0
+        masked_losses = None
         dy_written = False
         if g.masked:
-            masked, dy_written = self._masked(buffers, batch, text_weight, with_gradient)
+            masked_losses, dy_written = self._masked(buffers, batch, text_weight, with_gradient)
         reconstruction = {}
         if g.masked and g.media:
             reconstruction, dy_written = self._reconstruct(buffers, media, media_weights, with_gradient, dy_written)
         choices = 0.0
         if batch.choices is not None and batch.choices.count:
             choices, dy_written = self._choices(buffers, batch.choices, choices_weight, with_gradient, dy_written)
-        pooled = None
+        local_pooled = self._pool_local(buffers, batch) if buffers.contrastive is not None else None
+        world = yield LocalOutputs(pooled=local_pooled, masked_losses=masked_losses)
+
+        contrastive, pooled = 0.0, None
         if buffers.contrastive is not None:
-            contrastive, pooled = self._contrastive(buffers, batch, with_gradient, dy_written, want_pooled)
+            contrastive, pooled = self._contrastive(buffers, batch, world.pooled, with_gradient, dy_written,
+                                                    want_pooled)
             dy_written = dy_written or with_gradient
         late = 0.0
         if batch.late is not None:
             late = late_weight * self._late_interaction(buffers, batch, late_weight, with_gradient)
+        masked = world.masked if g.masked else 0.0
         weight = text_weight if g.masked else 0.0
         total = weight * masked + sum(media_weights.get(name, 0.0) * loss
                                       for name, loss in reconstruction.items()) + contrastive + late \
@@ -457,10 +528,12 @@ class EncoderModel(ResidentState):
         if not dy_written:
             K.fill(buffers.dy, 0.0)
         work = self.stack.buffers(n).work
+        rows = g.max_columns  # the packed rows' length: every sum over tokens takes a row at a time
         K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
-        K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial)
+        K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial, row_length=rows)
         dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
-        tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens)
+        tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, row_length=rows,
+                                  partials=buffers.embedding_partials)
         if g.media:
             self._patch_embedding_backward(buffers, media, dh)
         return losses
@@ -536,27 +609,41 @@ class EncoderModel(ResidentState):
         return losses, dy_written
 
     def _masked(self, buffers: EncoderBuffers, batch: StepBatch, text_weight: float,
-                with_gradient: bool) -> tuple[float, bool]:
+                with_gradient: bool) -> tuple[np.ndarray, bool]:
+        """The masked head over this device's positions: their losses (downloaded) and, with_gradient, the head's
+        gradient (summed by packed rows) and dy, each scaled by text_weight over the world's covered count."""
         head = buffers.masked
         head.forward(buffers.y, self.weights["masked_head"])
         scale = text_weight / batch.covered if batch.covered else 0.0
         head.score(batch.targets, grad_scale=scale, with_gradient=with_gradient)
-        loss = float(np.sum(head.losses.numpy(), dtype=np.float64) / batch.covered) if batch.covered else 0.0
         if with_gradient:
-            head.backward(self.weight_grads["masked_head"], buffers.dy, buffers.y, self.weights["masked_head"])
-        return loss, with_gradient
+            head.backward(self.weight_grads["masked_head"], buffers.dy, buffers.y, self.weights["masked_head"],
+                          row_length=self.geometry.max_columns)
+        return head.losses.numpy(), with_gradient
 
-    def _contrastive(self, buffers: EncoderBuffers, batch: StepBatch, with_gradient: bool, accumulate: bool,
-                     want_pooled: bool) -> tuple[float, np.ndarray | None]:
+    def _pool_local(self, buffers: EncoderBuffers, batch: StepBatch) -> np.ndarray:
+        """The mean final state of each of this device's segments, (S, hidden) float32, downloaded for the world."""
+        H, S = self.geometry.hidden, len(batch.segment_starts)
+        if S == 0:
+            return np.empty((0, H), np.float32)
+        p = self._pooling((S, H))
+        p.starts.write(batch.segment_starts)
+        p.lengths.write(batch.segment_lengths)
+        K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
+        return p.pooled.numpy()
+
+    def _contrastive(self, buffers: EncoderBuffers, batch: StepBatch, world_pooled: np.ndarray, with_gradient: bool,
+                     accumulate: bool, want_pooled: bool) -> tuple[float, np.ndarray | None]:
+        """The contrastive head over the world's segments (every device computes it whole, so negatives span the
+        world); the gradient reaches this device's tokens through their world segment indices."""
         H = self.geometry.hidden
         c = buffers.contrastive
-        S = c.starts.size
-        c.starts.write(batch.segment_starts)
-        c.lengths.write(batch.segment_lengths)
+        S = c.lengths.size
+        c.lengths.write(batch.world_lengths)
         c.groups.write(batch.groups)
         c.sign.write(batch.sign)
         c.weight.write(batch.weight)
-        K.pool_forward(c.pooled, buffers.y, c.starts, c.lengths, H)
+        c.pooled.write(world_pooled)
         pooled = None
         if want_pooled:
             K.l2_normalize_forward(c.full, c.full_inverse, c.pooled, H, H)
