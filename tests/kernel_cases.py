@@ -497,6 +497,33 @@ def case_choice_loss(device: uform.Device, seed: int, items: int, vocab: int, wi
     return result
 
 
+def case_row_sums(device: uform.Device, seed: int, rows: int, row_length: int, m: int, n: int, vocab: int):
+    """The sums over tokens taken a packed row at a time and combined by the row tree (kernels.tree_sum): a
+    weight gradient (gemm's k_range), norm gains (column_sum's row_length), the embedding table's gradient and
+    tree_sum itself, each against its float64 sum."""
+    rng = rng_for(seed)
+    tokens = rows * row_length
+    a = rng.standard_normal((tokens, m)).astype(np.float32)
+    b = rng.standard_normal((tokens, n)).astype(np.float32)
+    c = device.empty((m, n))
+    K.gemm(c, device.put(a), device.put(b), m, n, tokens, transpose_a=True, k_range=row_length)
+    gains = device.empty(n)
+    K.column_sum(gains, device.put(b), tokens, n, row_length=row_length)
+    ids = rng.integers(0, vocab, tokens).astype(np.int32)
+    order, offsets = K.embedding_groups(ids, vocab, row_length)
+    dtable = device.empty((vocab, n))
+    K.embedding_backward(dtable, device.put(b), device.put(order), device.put(offsets), n,
+                         partials=device.empty((rows, vocab, n)))
+    table = np.zeros((vocab, n))
+    np.add.at(table, ids, f64(b))
+    partials = (rng.standard_normal((rows, m)) * np.exp(rng.standard_normal((rows, m)))).astype(np.float32)
+    total = device.put(np.ones(m, np.float32))
+    K.tree_sum(total, device.put(partials), rows, accumulate=True)
+    scale = 4e-6 * np.sqrt(tokens)
+    return {"gemm": (c.numpy(), f64(a).T @ f64(b), scale), "column_sum": (gains.numpy(), f64(b).sum(0), scale),
+            "embedding": (dtable.numpy(), table, scale), "tree": (total.numpy(), 1 + f64(partials).sum(0), 1e-6)}
+
+
 def all_cases():
     """(id, function, kwargs) for every case; both test modules iterate this list."""
     cases = []
@@ -537,6 +564,9 @@ def all_cases():
         for with_rows in (False, True):
             cases.append((f"embedding-{tokens}-{vocab}x{width}-rows{int(with_rows)}", case_embedding,
                           dict(tokens=tokens, vocab=vocab, width=width, with_rows=with_rows)))
+    for rows, row_length, m, n, vocab in ((1, 1, 1, 1, 1), (3, 17, 5, 9, 7), (8, 64, 33, 20, 260), (13, 40, 8, 130, 3)):
+        cases.append((f"row_sums-{rows}x{row_length}-{m}x{n}-v{vocab}", case_row_sums,
+                      dict(rows=rows, row_length=row_length, m=m, n=n, vocab=vocab)))
     for tokens, rows, width in ((1, 1, 1), (40, 17, 48), (300, 129, 768)):
         cases.append((f"rows-{tokens}-{rows}x{width}", case_rows, dict(tokens=tokens, rows=rows, width=width)))
     for segments, width in ((1, 8), (5, 64), (40, 200)):

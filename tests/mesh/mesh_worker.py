@@ -3,9 +3,10 @@
     python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
 
 Actions: "gather" (describe the mesh, all-gather each host domain's index, broadcast host domain 1's words,
-then init a trainer over the mesh, which a world of several devices refuses), "barrier" (a barrier, after the
-others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it), "trainer" (init a tiny
-trainer over the mesh with the given "seed" and "depth"). The last line is the action's answer or
+then init a trainer over the mesh), "barrier" (a barrier, after the others' "hang"), "hang" (print that it is
+ready and sleep: the test kills or stops it), "trainer" (init a tiny trainer over the mesh with the given "seed"
+and "depth"), "train" (10 steps of `items.trainer` over this process's shares, then every process saves to
+"checkpoint", which host domain 0 writes; answers the last step's losses). The last line is the action's answer or
 {"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
 before it.
 """
@@ -17,6 +18,7 @@ import time
 import numpy as np
 
 import uform
+from items import train, trainer
 
 clock = [time.monotonic()]
 
@@ -61,6 +63,11 @@ def main(spec: dict) -> dict:
     if action == "trainer":
         tiny_trainer(executor, mesh, spec)
         return {"trainer": "made"}
+    if action == "train":
+        run = trainer(executor, mesh)
+        stats = train(run, spec["index"], spec["count"], range(10))
+        run.save(spec["checkpoint"])
+        return {"loss": stats.loss, "masked": stats.masked_text_loss, "contrastive": stats.contrastive_loss}
     raise SystemExit(f"unknown action {action!r}")
 
 

@@ -4,13 +4,15 @@ import signal
 
 import pytest
 
+import uform
+from items import train, trainer
 from processes import answers, launch, next_line
 
 pytest.importorskip("torch.distributed")
 
 
 @pytest.mark.parametrize("count", [2, 4])
-def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path, count):
+def test_processes_join_gather_and_make_a_trainer_of_several_devices(tmp_path, count):
     found = answers(launch(tmp_path, count, 30, "gather", devices=2), 60)
     assert all("gathered" in answer for answer in found), found
     assert [answer["gathered"] for answer in found] == [list(range(count))] * count
@@ -19,8 +21,29 @@ def test_processes_join_gather_and_refuse_a_trainer_of_several_devices(tmp_path,
     assert {answer["world_size"] for answer in found} == {2 * count}
     assert {answer["backend"] for answer in found} == {"gloo"}
     assert len({answer["attempt"] for answer in found}) == 1
-    assert {answer["trainer"] for answer in found} == {"UNSUPPORTED"}
-    assert all(f"mesh: a world of {2 * count} devices needs reductions" in answer["message"] for answer in found)
+    assert {answer["trainer"] for answer in found} == {"made"}
+
+
+@pytest.fixture(scope="module")
+def one_device_checkpoint(tmp_path_factory):
+    """10 steps of the tiny trainer on one device over every item: the file every split must write."""
+    path = tmp_path_factory.mktemp("alone") / "alone.safetensors"
+    run = trainer(uform.Executor.for_ram())
+    train(run, 0, 1, range(10))
+    run.save(path)
+    run.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("count, devices", [(2, 1), (4, 1), (2, 2)])
+def test_processes_train_to_the_checkpoint_of_one_device(tmp_path, one_device_checkpoint, count, devices):
+    """Must-show 1 of the mesh: worlds of 2 and 4 devices across processes (each process stepping over its own
+    share of the items) write the checkpoint one device writes over all of them, byte for byte."""
+    checkpoint = tmp_path / "world.safetensors"
+    found = answers(launch(tmp_path, count, 60, "train", devices=devices, checkpoint=str(checkpoint)), 240)
+    assert all("loss" in answer for answer in found), found
+    assert len({(answer["loss"], answer["masked"], answer["contrastive"]) for answer in found}) == 1
+    assert checkpoint.read_bytes() == one_device_checkpoint
 
 
 def survivor_of(tmp_path, timeout: float, fault: signal.Signals) -> dict:

@@ -1,9 +1,12 @@
-"""A trainer over a mesh in this process: a world of one trains as no mesh does; larger worlds are refused."""
+"""Trainers of several devices in this process: a world of one trains as no mesh does, and 1, 2 and 4 devices
+sharing the same items write the same checkpoint; what such worlds do not cover yet is refused."""
 
 import numpy as np
 import pytest
 
 import uform
+from items import ROWS, train, trainer
+from uform.training.world import row_tree
 
 TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france"]
 PAIRS = uform.Relations(attract=(np.arange(5), [1, 0, 3, 2]))
@@ -41,10 +44,86 @@ def test_a_mesh_over_another_executor_is_refused():
     assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
 
 
-def test_a_world_of_several_devices_is_refused_naming_what_is_missing():
-    executor = uform.Executor.for_ram(device_count=2)
-    mesh = uform.Mesh.bootstrap(executor, uform.MeshOptions())
-    with pytest.raises(uform.UFormError, match="mesh: a world of 2 devices needs reductions whose result does not "
-                                               "depend on how the devices share the batch") as error:
-        tiny(executor, mesh)
+@pytest.mark.parametrize("devices", [2, 4])
+def test_devices_of_one_process_train_to_the_checkpoint_of_one_device(tmp_path, devices):
+    """Must-show 1 of the mesh, in one process: 10 JOINT steps on 1, 2 and 4 CPU devices sharing the same items
+    (8 rows in all) give the same checkpoint file, byte for byte (the run it records is the world's)."""
+    files = []
+    for count in (1, devices):
+        run = trainer(uform.Executor.for_ram(device_count=count))
+        stats = train(run, 0, 1, range(10))
+        files.append(tmp_path / f"{count}.safetensors")
+        run.save(files[-1])
+        run.close()
+    assert stats.masked_text_loss > 0 and stats.contrastive_loss > 0
+    assert files[0].read_bytes() == files[1].read_bytes()
+
+
+def test_a_checkpoint_resumes_on_another_split(tmp_path):
+    """Five steps on four devices, resumed on one device for five more: the file of ten steps on two."""
+    first = trainer(uform.Executor.for_ram(device_count=4))
+    train(first, 0, 1, range(5))
+    first.save(tmp_path / "five.safetensors")
+    resumed = uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "five.safetensors", depth=1,
+                                      hidden=128, objective=uform.Objective.JOINT,
+                                      batch=uform.BatchShape(max_rows_per_device=ROWS, max_segments_per_device=16,
+                                                             max_columns_per_row=32),
+                                      schedule=uform.Schedule(steps=20, learning_rate=2e-3), seed=5)
+    train(resumed, 0, 1, range(5, 10))
+    resumed.save(tmp_path / "resumed.safetensors")
+    straight = trainer(uform.Executor.for_ram(device_count=2))
+    train(straight, 0, 1, range(10))
+    straight.save(tmp_path / "straight.safetensors")
+    assert (tmp_path / "resumed.safetensors").read_bytes() == (tmp_path / "straight.safetensors").read_bytes()
+
+
+def test_replicas_stay_identical_and_a_bag_stays_on_one_device():
+    run = trainer(uform.Executor.for_ram(device_count=2))
+    # Rows of 32 positions, 4 per device. Bag 3's two items fill a row each: rows 3 (first device) and 4 (second)
+    # would split it, so it goes whole to the second device's block; the next item lands first-fit in row 3.
+    texts = [b"a" * 20, b"b" * 20, b"c" * 20, b"e" * 30, b"f" * 30, b"g" * 20]
+    bags = [0, 1, 2, 3, 3, 4]
+    inputs = uform.training.step_inputs.check_step_inputs([uform.Modality.TEXT] * 6, texts, bags=bags)
+    _, packed = run.step_batch(inputs, True, 1, devices=2)
+    assert packed.segment_row.tolist() == [0, 1, 2, 4, 5, 3]
+    run.step([uform.Modality.TEXT] * 6, texts, bags=bags)
+    replicas = [replica.download_state() for replica in run._replicas]
+    assert all(np.array_equal(getattr(replicas[0], name), getattr(replicas[1], name)) for name in ("parameters", "m", "v"))
+
+
+def test_the_host_row_tree_is_the_engines():
+    """The devices' gradients combine on the host in the order the engine's tree_sum combines rows."""
+    rng = np.random.default_rng(3)
+    device = uform.Device.cpu()
+    for count in (1, 2, 3, 5, 8, 12):
+        parts = (rng.standard_normal((count, 500)) * np.exp(3 * rng.standard_normal((count, 500)))).astype(np.float32)
+        out = device.empty(500)
+        uform.kernels.tree_sum(out, device.put(parts), count)
+        assert np.array_equal(out.numpy().view(np.uint32), row_tree(list(parts)).view(np.uint32)), count
+
+
+@pytest.mark.parametrize("settings, named", [
+    (dict(late_interaction=uform.LateInteraction(weight=1.0)), "late_interaction.weight"),
+    (dict(choices=uform.Choices(weight=1.0), batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
+                                                                    max_columns_per_row=32, max_choices_per_item=4)),
+     "choices.weight, batch.max_choices_per_item"),
+    (dict(batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=256,
+                                 image=(16, 3))), "batch.image"),
+    (dict(numerics="fast"), "numerics: fast mode"),
+])
+def test_a_world_of_several_devices_refuses_what_it_does_not_cover(settings, named):
+    options = dict(depth=1, hidden=128, objective=uform.Objective.JOINT, schedule=uform.Schedule(steps=5),
+                   batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4,
+                                          max_columns_per_row=32)) | settings
+    with pytest.raises(uform.UFormError, match=named) as error:
+        uform.Trainer.init_vram(uform.Executor.for_ram(device_count=2), **options)
     assert error.value.code == uform.ErrorCode.UNSUPPORTED
+
+
+def test_a_world_of_several_devices_needs_rows_in_a_power_of_two():
+    with pytest.raises(uform.UFormError, match="batch.max_rows_per_device: a world of 2 devices needs a power of "
+                                               "two") as error:
+        uform.Trainer.init_vram(uform.Executor.for_ram(device_count=2), depth=1, hidden=128, schedule=uform.Schedule(steps=5),
+                                batch=uform.BatchShape(max_rows_per_device=3, max_segments_per_device=4,
+                                                       max_columns_per_row=32))
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT

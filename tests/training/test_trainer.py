@@ -151,9 +151,10 @@ def test_unsupported_run_options_are_named():
         uform.Trainer.init_vram(executor, mesh=object(), depth=1, hidden=128, schedule=uform.Schedule(steps=1),
                                 batch=batch)
     assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
-    with pytest.raises(uform.UFormError, match="world of 2 devices") as error:
+    with pytest.raises(uform.UFormError, match="late_interaction.weight: a world of 2 devices") as error:
         uform.Trainer.init_vram(uform.Executor.for_ram(device_count=2), depth=1, hidden=128, batch=batch,
-                                schedule=uform.Schedule(steps=1))
+                                schedule=uform.Schedule(steps=1), objective=uform.Objective.JOINT,
+                                late_interaction=uform.LateInteraction(weight=1.0))
     assert error.value.code == uform.ErrorCode.UNSUPPORTED
     with pytest.raises(uform.UFormError, match="hidden"):
         uform.Trainer.init_vram(executor, depth=1, hidden=100, schedule=uform.Schedule(steps=1))

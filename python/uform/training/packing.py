@@ -15,7 +15,10 @@ patches were already fitted to a row, ``uform.media``). Packing is deterministic
    the lowest-numbered row with room for it), and if any does not fit, or the
    bag would pass ``max_segments`` segments or ``max_bags`` bags, the whole bag
    is dropped (``dropped`` counts its segments) and packing goes on with the
-   next bag, which may be smaller.
+   next bag, which may be smaller. A world of several devices packs its rows as
+   one grid, every device a block of ``block_rows`` rows (docs/mesh.md): a bag
+   goes whole into the first block where its segments fit first-fit, so it stays
+   on one device. A bag of one segment lands where it would in one grid.
 
 Positions no segment covers hold ``vocabulary.PAD``, segment id -1 and position
 0. The grid keeps its full ``(max_rows, max_columns)`` shape whatever fills it,
@@ -93,8 +96,21 @@ def _bag_members(bags: np.ndarray) -> list[np.ndarray]:
     return np.split(order, np.cumsum(np.bincount(rank[inverse], minlength=first.size))[:-1])
 
 
+def _place_in_a_block(fill: np.ndarray, lengths: np.ndarray, max_columns: int,
+                      block_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_place_first_fit`` within the first block of ``block_rows`` rows that holds every length."""
+    for begin in range(0, fill.size, block_rows):
+        placement = _place_first_fit(fill[begin:begin + block_rows], lengths, max_columns)
+        if placement is not None:
+            rows, starts, block_fill = placement
+            fill = fill.copy()
+            fill[begin:begin + block_rows] = block_fill
+            return rows + begin, starts, fill
+    return None
+
+
 def _place_bags(lengths: np.ndarray, bags: np.ndarray, max_rows: int, max_columns: int, max_segments: int,
-                max_bags: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+                max_bags: int, block_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """``(item_of_segment, segment_row, segment_start, dropped)``: every bag placed whole or dropped whole."""
     fill = np.zeros(max_rows, np.int64)
     items, rows, starts = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -102,7 +118,7 @@ def _place_bags(lengths: np.ndarray, bags: np.ndarray, max_rows: int, max_column
     for members in _bag_members(bags):
         placement = None
         if segment_count + members.size <= max_segments and (max_bags == 0 or bag_count < max_bags):
-            placement = _place_first_fit(fill, lengths[members], max_columns)
+            placement = _place_in_a_block(fill, lengths[members], max_columns, block_rows)
         if placement is None:
             dropped += members.size
             continue
@@ -123,12 +139,13 @@ def token_ids(content: bytes | np.ndarray) -> np.ndarray:
 
 
 def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_columns: int, max_segments: int,
-               max_bags: int = 0) -> Packed:
+               max_bags: int = 0, block_rows: int = 0) -> Packed:
     """Packs every item's tokens (:func:`token_ids`) as one segment into ``max_rows`` rows of ``max_columns``;
     see the module doc.
 
     ``bags`` holds one bag id per item, or None for every item its own bag;
-    ``max_bags`` caps the bags packed, zero leaving them uncapped.
+    ``max_bags`` caps the bags packed, zero leaving them uncapped; ``block_rows`` (0: all the rows) keeps each
+    bag within one block of that many rows (a device's, in a world of several).
     """
     item_count = len(contents)
     bags = np.arange(item_count) if bags is None else np.asarray(bags)
@@ -137,7 +154,7 @@ def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_
     full_lengths = np.fromiter(map(len, contents), np.int64, count=item_count)
     lengths = np.minimum(full_lengths, max_columns)
     item_of_segment, segment_row, segment_start, dropped = _place_bags(lengths, bags, max_rows, max_columns,
-                                                                       max_segments, max_bags)
+                                                                       max_segments, max_bags, block_rows or max_rows)
     segment_count = item_of_segment.size
     segment_length = lengths[item_of_segment]
 

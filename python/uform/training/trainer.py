@@ -17,11 +17,11 @@ trainer's lock, so calls from several threads run one at a time (``docs/guarante
 whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
 A positive ``late_interaction.weight`` trains the token head on the items whose ``sides`` name them
 queries or documents; a positive ``choices.weight`` trains the masked head's distribution over each
-choosing item's legal bytes (``text_choose`` reads it back). A ``mesh`` (``uform.Mesh``) whose world is one
-device trains as no mesh does; every process of a mesh checks at init that all passed the same geometry,
-objective and seed (CONFIG_MISMATCH on every one, naming the differences). A world of several devices (a mesh's,
-or an executor's) is refused with ``UNSUPPORTED`` until the split-independent reductions exist (docs/mesh.md).
-``close()`` stops the trainer's threads.
+choosing item's legal bytes (``text_choose`` reads it back). A world of several devices (an executor's, and a
+``mesh``'s processes') keeps a replica on each device and steps over every process's items as one device would
+over all their rows, to the same bits whatever the split (``uform.training.world``, docs/mesh.md); every process
+of a mesh checks at init that all passed the same geometry, objective and seed (CONFIG_MISMATCH on every one,
+naming the differences). ``close()`` stops the trainer's threads.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
-from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
+from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, finish_phases, initial_parameters
 from .enums import LateInteractionSide, Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
@@ -60,6 +60,8 @@ from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape, entries
 from .vocabulary import IGNORED_TARGET
+from .world import (World, check_world, combine_gradients, concatenate_inputs, device_batch, gather_inputs,
+                    world_outputs, world_run)
 
 
 DECODE_AHEAD = 2
@@ -69,12 +71,15 @@ DECODE_AHEAD = 2
 class Trainer:
     """A training run on the device of the executor it was created on."""
 
-    def __init__(self, *, executor: Executor, mesh: Mesh | None, run, seed: int, model: EncoderModel, step: int):
+    def __init__(self, *, executor: Executor, mesh: Mesh | None, world: World, run, seed: int,
+                 replicas: list[EncoderModel], step: int):
         self._executor = executor
         self._mesh = mesh
+        self._world = world
         self._run = run
         self._seed = seed
-        self._model = model
+        self._replicas = replicas  # one per device of the executor, identical after every step
+        self._model = replicas[0]
         self._step = step
         self._dropped_unread = 0
         self._lock = threading.Lock()
@@ -121,18 +126,16 @@ class Trainer:
             mesh.agree("Trainer.init_vram", {"run": json.loads(checkpoint.run_json(run)), "seed": int(seed),
                                              "numerics": mode, "resume": resume is not None,
                                              "training": bool(training)})
-        world = mesh.describe().world_size if mesh is not None else len(executor.devices)
-        if world > 1:
-            raise UFormError(ErrorCode.UNSUPPORTED, f"{'mesh' if mesh is not None else 'executor'}: a world of {world} "
-                             "devices needs reductions whose result does not depend on how the devices share the "
-                             "batch (docs/mesh.md, 'Identical across splits'), which are not built yet")
+        world = World.of(executor, mesh)
+        check_world(run, world, numerics if numerics is not None else None if resume is not None else numeric_mode(),
+                    executor)
         late = run.late_interaction
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
                                    objective=run.objective, max_columns=run.batch.max_columns_per_row,
                                    media=media_geometry(run.batch), late_width=late.width if late.weight > 0 else 0,
                                    late_rows=(late.max_query_tokens_per_device, late.max_document_tokens_per_device))
         registry = encoder_registry(geometry)
-        run_text = checkpoint.run_json(run)
+        run_text = checkpoint.run_json(world_run(run, world.size))
         if resume is not None:
             loaded = checkpoint.read(resume, registry, run=run_text, seed=int(seed), progress=progress,
                                      progress_steps=progress_steps)
@@ -140,6 +143,7 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
             state, step, saved_numerics = loaded
             numerics = numerics or run_numerics(saved_numerics, executor)
+            check_world(run, world, numerics, executor)
         else:
             contrastive_run = run.contrastive
             state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
@@ -147,8 +151,9 @@ class Trainer:
             step = 0
             numerics = numerics or run_numerics(None, executor)
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
-        model = EncoderModel(executor.devices[0], geometry, state, widths, training=training, numerics=numerics)
-        return cls(executor=executor, mesh=mesh, run=run, seed=int(seed), model=model, step=step)
+        replicas = [EncoderModel(device, geometry, state, widths, training=training, numerics=numerics)
+                    for device in executor.devices]
+        return cls(executor=executor, mesh=mesh, world=world, run=run, seed=int(seed), replicas=replicas, step=step)
 
     @contextlib.contextmanager
     def _device_call(self):
@@ -247,35 +252,47 @@ class Trainer:
         with self._device_call():
             if stats is not None:
                 stats.reset()
-            run = self._run
-            inputs = check_step_inputs(
-                modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides,
-                choices=choices, choice_targets=choice_targets, relations=relations,
-                temperature_group_count=run.contrastive.temperature_groups,
-                max_edges_per_device=run.contrastive.max_edges_per_device,
-                max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
-                modalities_enabled=self._modalities_enabled())
-            if arena is not None and not isinstance(arena, Arena):
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got {type(arena).__name__}")
+            run, world = self._run, self._world
+            try:
+                inputs = check_step_inputs(
+                    modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides,
+                    choices=choices, choice_targets=choice_targets, relations=relations,
+                    temperature_group_count=run.contrastive.temperature_groups,
+                    max_edges_per_device=run.contrastive.max_edges_per_device * world.local,
+                    max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
+                    modalities_enabled=self._modalities_enabled())
+                if arena is not None and not isinstance(arena, Arena):
+                    raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got "
+                                                                 f"{type(arena).__name__}")
+            except UFormError as refusal:
+                if world.processes > 1:
+                    gather_inputs(world, refusal)  # every process learns of it, and raises
+                raise
             step = self._step + 1
-            batch, packed = self.step_batch(inputs, bags is not None, step, decoded=_decoded)
+            first_item, bags_given = 0, bags is not None
+            if world.processes > 1:
+                parts = gather_inputs(world, inputs)
+                first_item = sum(part["lengths"].size for part in parts[:world.rank])
+                inputs_here, inputs, bags_given = inputs, concatenate_inputs(parts, inputs.outputs_scalar), True
+            else:
+                inputs_here = inputs
+            batch, packed = self.step_batch(inputs, bags_given, step, decoded=_decoded, devices=world.size)
             if not packed.item_of_segment.size:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
             want_pooled = arena is not None and run.objective != Objective.MASKED
-            losses = self._model.step_losses(batch, text_weight=run.masking.text_weight, with_gradient=True,
-                                             want_pooled=want_pooled, media_weights=self._media_weights(),
-                                             late_weight=run.late_interaction.weight,
-                                             choices_weight=run.choices.weight)
+            losses = self._world_step(batch, packed, want_pooled)
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
+            combine_gradients(world, self._replicas, self._model.registry)
             problem = self._model.gradient_problem()
             if problem is not None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")
             rate = learning_rate(run.schedule, step)
             with applied_whole():
-                self._model.adamw(step=step, lr=rate)
+                for replica in self._replicas:
+                    replica.adamw(step=step, lr=rate)
                 self._step = step
             self._dropped_unread += packed.dropped
             if stats is not None:
@@ -292,7 +309,23 @@ class Trainer:
                 return None
             rows = np.zeros((len(inputs.contents), run.hidden), np.float32)
             rows[packed.item_of_segment] = losses.pooled
-            return arena.land(rows, inputs.outputs_scalar)
+            return arena.land(rows[first_item:first_item + len(inputs_here.contents)], inputs_here.outputs_scalar)
+
+    def _world_step(self, batch, packed, want_pooled: bool):
+        """Forward, losses and backward of the world's packed batch on every device of this process, each over its
+        block of rows, the world's outputs exchanged between the phases (``uform.training.world``); answers the
+        losses (every device's are the same)."""
+        run, world = self._run, self._world
+        rows = run.batch.max_rows_per_device
+        batches = [batch] if world.size == 1 else \
+            [device_batch(batch, packed, world.first + d, rows) for d in range(world.local)]
+        phases = [replica.step_phases(device_batch_, text_weight=run.masking.text_weight, with_gradient=True,
+                                      want_pooled=want_pooled, media_weights=self._media_weights(),
+                                      late_weight=run.late_interaction.weight, choices_weight=run.choices.weight)
+                  for replica, device_batch_ in zip(self._replicas, batches)]
+        outputs = world_outputs(world, [next(phase) for phase in phases], batches,
+                                packed.segment_row // (rows * world.local), run.hidden)
+        return [finish_phases(phase, outputs) for phase in phases][0]
 
     def evaluate(self, modalities, contents, /, *, relations: Relations | None = None, temperature_groups=None,
                  sides=None, choices=None, choice_targets=None, corrupt_as_step: int | None = None) -> dict:
@@ -424,11 +457,12 @@ class Trainer:
             return vectors
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
-                   decoded: PendingMedia | PreparedMedia | None = None, train_choices: bool | None = None):
+                   decoded: PendingMedia | PreparedMedia | None = None, train_choices: bool | None = None,
+                   devices: int = 1):
         """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
         one step's items on the host: (StepBatch, Packed). `train_choices`: whether the items offering choices
         are states to choose after (default: when the run trains choices); a step's choices carry their
-        targets."""
+        targets. `devices`: the world's devices, whose rows are packed as one grid of blocks."""
         run = self._run
         shape = run.batch
         columns = shape.max_columns_per_row
@@ -446,8 +480,9 @@ class Trainer:
                 content, was_cut = choice_state(content, columns)
                 cut += was_cut
             contents.append(content)
-        packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device,
-                            columns, shape.max_segments_per_device, shape.max_bags_per_device)
+        packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device * devices,
+                            columns, shape.max_segments_per_device * devices, shape.max_bags_per_device * devices,
+                            block_rows=shape.max_rows_per_device)
         masking = run.masking if corrupted and run.objective != Objective.CONTRASTIVE else None
         items = packed.item_of_segment
         if masking is None:
@@ -489,14 +524,31 @@ class Trainer:
     def save(self, path, /, *, progress=None, progress_steps: int = 0) -> bool:
         """Write weights, AdamW moments, temperatures, step and run to a safetensors file (atomically, with a
         SHA-256 per tensor); answers True, or False when the progress callback stopped it (no file written,
-        an existing one untouched)."""
+        an existing one untouched). In a mesh every process calls it and host domain 0 alone writes (its own
+        path and progress); the others wait for it and answer what it answered, or raise what it raised."""
         self._require_training("save")
         with self._device_call():
-            return checkpoint.write(os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
-                             self._model.download_state(), step=self._step, seed=self._seed,
-                             run=checkpoint.run_json(self._run), numerics=self._model.numerics, progress=progress,
-                             progress_steps=progress_steps)
-
+            world = self._world
+            answer, refusal = None, None
+            if world.rank == 0:
+                try:
+                    written = checkpoint.write(
+                        os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
+                        self._model.download_state(), step=self._step, seed=self._seed,
+                        run=checkpoint.run_json(world_run(self._run, world.size)), numerics=self._model.numerics,
+                        progress=progress, progress_steps=progress_steps)
+                    answer = json.dumps({"written": written})
+                except UFormError as error:
+                    answer, refusal = json.dumps({"code": int(error.code), "message": error.message}), error
+            if world.processes > 1:
+                answer = world.collectives.broadcast_bytes(answer.encode() if world.rank == 0 else None).decode()
+            if refusal is not None:
+                raise refusal
+            outcome = json.loads(answer)
+            if "code" in outcome:
+                raise UFormError(ErrorCode(outcome["code"]), f"save: host domain 0 could not write: "
+                                                             f"{outcome['message']}")
+            return outcome["written"]
 
 def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,
                        anchors: int | None = None) -> tuple[int, np.ndarray, float]:
