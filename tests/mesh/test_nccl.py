@@ -1,6 +1,8 @@
-"""The NCCL backend: the unique id's exchange and the refusals on any machine; on GPUs (skipped without them, as
-in CI), a process alone, two processes gathering in rank order, and a killed peer."""
+"""The NCCL backend: the unique id's exchange, the refusals, and the waiting logic over a fake NCCL on any
+machine; on GPUs (skipped without them, as in CI), a process alone, two processes gathering in rank order, and
+a killed peer."""
 
+import ctypes
 import os
 import signal
 import threading
@@ -162,3 +164,114 @@ def test_a_killed_gpu_peer_fails_the_survivor_within_the_timeout(tmp_path):
     assert answer["code"] == "PEER_LOST", answer
     assert "all_gather failed on host domain 0 of 2" in answer["message"]
     assert answer["seconds"] < 5 + 10 and answer["returncode"] == 0
+
+
+class FakeNccl:
+    """NCCL and the CUDA driver for one rank over host memory (the CPU device's buffers), for the waiting logic:
+    `async_state` is what ncclCommGetAsyncError answers once the communicator is made, `stream_ready` whether the
+    stream ever finishes; every call is recorded."""
+
+    def __init__(self, async_state=0, stream_ready=True, connects=True):
+        self.async_state, self.stream_ready, self.connects = async_state, stream_ready, connects
+        self.calls = []
+        self.nccl, self.cuda = self, self
+
+    def __getattr__(self, name):  # the driver calls the waiting logic does not look at: successful, recorded
+        if not name.startswith("cu"):  # but for making the context current and back
+            raise AttributeError(name)
+        return lambda *arguments: 0 if name.startswith("cuCtx") else self.calls.append(name) or 0
+
+    def ncclCommInitRankConfig(self, comm, size, unique, rank, config):
+        comm._obj.value = 1
+        return nccl.NCCL_IN_PROGRESS
+
+    def ncclCommGetAsyncError(self, comm, state):
+        if not self.connects:
+            state._obj.value = nccl.NCCL_IN_PROGRESS
+        else:  # connected; a gather then meets `async_state`
+            state._obj.value = self.async_state if "ncclAllGather" in self.calls else nccl.NCCL_SUCCESS
+        return 0
+
+    def ncclAllGather(self, send, recv, count, dtype, comm, stream):
+        self.calls.append("ncclAllGather")
+        ctypes.memmove(recv, send, count)
+        return nccl.NCCL_IN_PROGRESS
+
+    def ncclBroadcast(self, send, recv, count, dtype, root, comm, stream):
+        self.calls.append("ncclBroadcast")
+        return 0
+
+    def cuStreamQuery(self, stream):
+        return nccl.CUDA_SUCCESS if self.stream_ready else nccl.CUDA_ERROR_NOT_READY
+
+    def ncclCommFinalize(self, comm):
+        self.calls.append("ncclCommFinalize")
+        return nccl.NCCL_IN_PROGRESS
+
+    def ncclCommDestroy(self, comm):
+        self.calls.append("ncclCommDestroy")
+        return 0
+
+    def ncclCommAbort(self, comm):
+        self.calls.append("ncclCommAbort")
+        return 0
+
+    def nccl_error(self, result, comm=None):
+        return {6: "remote process exited or there was a network error"}.get(result, f"result {result}")
+
+    def cuda_check(self, what, result):
+        pass
+
+
+def fake_communicator(monkeypatch, fake: FakeNccl, timeout: float = 0.3):
+    monkeypatch.setattr(nccl, "_libraries", lambda: fake)
+    return nccl.Nccl(uform.Device.cpu(), bytes(128), 0, 1, timeout, time.monotonic() + timeout)
+
+
+def test_the_waiting_logic_gathers_and_closes_a_healthy_communicator(monkeypatch):
+    fake = FakeNccl()
+    collectives = fake_communicator(monkeypatch, fake)
+    matrix = np.arange(6, dtype=np.int64).reshape(2, 3)
+    assert np.array_equal(collectives.all_gather(matrix), matrix[None])
+    device = uform.Device.cpu()
+    send, recv = device.put(np.array([1.5, 2.5], np.float32)), device.empty((1, 2))
+    collectives.all_gather_device(send, recv)
+    assert recv.numpy().tolist() == [[1.5, 2.5]]
+    collectives.close()
+    assert fake.calls[-4:] == ["ncclCommFinalize", "ncclCommDestroy", "cuStreamDestroy_v2",
+                               "cuDevicePrimaryCtxRelease_v2"] and "ncclCommAbort" not in fake.calls
+
+
+def test_a_collective_that_never_finishes_is_aborted_at_the_timeout(monkeypatch):
+    fake = FakeNccl(stream_ready=False)
+    collectives = fake_communicator(monkeypatch, fake)
+    started = time.monotonic()
+    with pytest.raises(uform.UFormError) as caught:
+        collectives.all_gather(np.zeros(4, np.float32))
+    assert caught.value.code == uform.ErrorCode.PEER_LOST
+    assert "did not finish within 0.3 s; the communicator was aborted" in caught.value.message
+    assert 0.3 <= time.monotonic() - started < 3
+    assert fake.calls.count("ncclCommAbort") == 1 and "ncclCommFinalize" not in fake.calls
+    assert fake.calls[-2:] == ["cuStreamDestroy_v2", "cuDevicePrimaryCtxRelease_v2"]  # the broken mesh closed
+    with pytest.raises(uform.UFormError) as again:
+        collectives.barrier()
+    assert again.value.code == uform.ErrorCode.PEER_LOST and "broke in an earlier collective" in again.value.message
+
+
+def test_a_peer_that_nccl_sees_fail_breaks_the_mesh_at_once(monkeypatch):
+    fake = FakeNccl(async_state=6)  # ncclRemoteError
+    collectives = fake_communicator(monkeypatch, fake, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(uform.UFormError) as caught:
+        collectives.all_gather(np.zeros(4, np.float32))
+    assert caught.value.code == uform.ErrorCode.PEER_LOST and "remote process exited" in caught.value.message
+    assert time.monotonic() - started < 3 and fake.calls.count("ncclCommAbort") == 1
+
+
+def test_a_communicator_that_never_connects_is_aborted_at_the_timeout(monkeypatch):
+    fake = FakeNccl(connects=False)
+    with pytest.raises(uform.UFormError) as caught:
+        fake_communicator(monkeypatch, fake)
+    assert caught.value.code == uform.ErrorCode.PEER_LOST
+    assert "NCCL could not connect host domain 0 of 1 within 0.3 s" in caught.value.message
+    assert fake.calls[-3:] == ["ncclCommAbort", "cuStreamDestroy_v2", "cuDevicePrimaryCtxRelease_v2"]
