@@ -225,7 +225,7 @@ class Nccl(Collectives):
                                                             ctypes.byref(config))
             self._comm = comm if comm.value else None
             try:
-                self._finish("connecting", result, deadline, stream_too=False)
+                self._finish("connection", result, deadline, stream_too=False)
             except RuntimeError as error:
                 raise peer_lost(f"mesh: NCCL could not connect host domain {rank} of {size} within "
                                 f"{self.timeout_seconds:g} s: {error}") from None
@@ -250,8 +250,8 @@ class Nccl(Collectives):
             cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
 
     def _check_engine_memory(self) -> None:
-        """UNSUPPORTED unless the engine allocates in the primary context (or in a pool of the device, which has
-        none): NCCL's kernels run there and could not read memory of another context."""
+        """UNSUPPORTED unless the engine allocates in the primary context, or from a memory pool of the device (whose
+        memory names no context): NCCL's kernels run in the primary context and could not read another's memory."""
         probe = self._device.empty(1, np.uint8)
         self._device.synchronize()
         owner = ctypes.c_void_p()
