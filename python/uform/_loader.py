@@ -135,6 +135,27 @@ def load_engine():
     return load_variant("cpu"), "cpu"
 
 
+def nvidia_wheel_library(name: str, *, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
+    """Load the shared library `name` from the loader's search path or, failing that, from NVIDIA's wheels.
+
+    NVIDIA's wheels (``nvidia-cublas``, ``nvidia-nccl-cu13``, ..., which PyTorch installs) keep their libraries
+    under ``site-packages/nvidia/*/lib``, off the loader's search path: every ``sys.path`` entry is searched
+    there. Raises OSError naming where it looked."""
+    try:
+        return ctypes.CDLL(name, mode=mode)
+    except OSError:
+        pass
+    candidates = [path for entry in sys.path if entry and Path(entry).is_dir()
+                  for path in sorted(Path(entry).glob(f"nvidia/*/lib/{name}"))]
+    looked = [f"{name}: the loader's search path and {len(candidates)} nvidia wheel copies"]
+    for path in candidates:
+        try:
+            return ctypes.CDLL(str(path), mode=mode)
+        except OSError as error:
+            looked.append(f"{path}: {error}")
+    raise OSError("; ".join(looked))
+
+
 CUBLAS_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13")  # Lt first: libcublas needs it
 
 
@@ -146,22 +167,9 @@ def load_cublas() -> None:
     or, failing that, among the libraries already loaded. NVIDIA's ``nvidia-cublas`` wheel (which
     PyTorch installs) keeps it under ``site-packages/nvidia/*/lib``, off the search path: load it from
     there once, globally, so that the binding's open finds it. Raises OSError naming where it looked."""
-    looked = []
     for name in CUBLAS_LIBRARIES:
         try:
-            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-            continue
-        except OSError:
-            pass
-        candidates = [path for entry in sys.path if entry and Path(entry).is_dir()
-                      for path in sorted(Path(entry).glob(f"nvidia/*/lib/{name}"))]
-        looked.append(f"{name}: the loader's search path and {len(candidates)} nvidia wheel copies")
-        for path in candidates:
-            try:
-                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-                break
-            except OSError as error:
-                looked.append(f"{path}: {error}")
-        else:
-            raise OSError("cannot load cuBLAS (" + "; ".join(looked) + "); install nvidia-cublas (CUDA 13) or "
-                          "put its lib directory on LD_LIBRARY_PATH")
+            nvidia_wheel_library(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError as error:
+            raise OSError(f"cannot load cuBLAS ({error}); install nvidia-cublas (CUDA 13) or put its lib directory "
+                          "on LD_LIBRARY_PATH") from None

@@ -3,12 +3,14 @@
     python mesh_worker.py '{"index": 0, "count": 2, "directory": "...", "job": "j", "timeout": 20, "action": "gather"}'
 
 Actions: "gather" (describe the mesh, all-gather each host domain's index, broadcast host domain 1's words,
-then init a trainer over the mesh), "barrier" (a barrier, after the others' "hang"), "hang" (print that it is
-ready and sleep: the test kills or stops it), "trainer" (init a tiny trainer over the mesh with the given "seed"
-and "depth"), "train" (10 steps of `items.trainer` over this process's shares, then every process saves to
-"checkpoint", which host domain 0 writes; answers the last step's losses). The last line is the action's answer or
+on a GPU also gather device buffers with all_gather_device, then init a trainer over the mesh), "barrier" (a
+barrier, after the others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it),
+"trainer" (init a tiny trainer over the mesh with the given "seed" and "depth"), "train" (10 steps of
+`items.trainer` over this process's shares, then every process saves to "checkpoint", which host domain 0
+writes; answers the last step's losses). The last line is the action's answer or
 {"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
-before it.
+before it. "gpu": the GPU ordinal the process drives (Executor.for_vram(devices=[gpu])); without it the process
+runs "devices" CPU devices.
 """
 
 import json
@@ -37,7 +39,8 @@ def tiny_trainer(executor, mesh, spec: dict) -> uform.Trainer:
 
 
 def main(spec: dict) -> dict:
-    executor = uform.Executor.for_ram(device_count=spec.get("devices", 1))
+    executor = uform.Executor.for_vram(devices=[spec["gpu"]]) if "gpu" in spec else \
+        uform.Executor.for_ram(device_count=spec.get("devices", 1))
     mesh = uform.Mesh.bootstrap(executor, uform.MeshOptions(
         host_domain_index=spec["index"], host_domain_count=spec["count"], directory=spec["directory"],
         job=spec.get("job", "test"), timeout_seconds=spec["timeout"]))
@@ -48,6 +51,12 @@ def main(spec: dict) -> dict:
         said = mesh.collectives.broadcast_bytes(f"from {spec['index']}".encode() if spec["index"] == 1 else None, 1)
         found = {"gathered": gathered, "said": said.decode(), "world_size": description.world_size,
                  "first_rank": description.first_rank, "backend": description.backend, "attempt": description.attempt}
+        if executor.is_gpu:
+            device = executor.devices[0]
+            send = device.put(np.full(3, spec["index"] + 0.5, np.float32))
+            recv = device.empty((spec["count"], 3))
+            mesh.collectives.all_gather_device(send, recv)
+            found["device_gathered"] = recv.numpy().tolist()
         try:
             tiny_trainer(executor, mesh, spec)
         except uform.UFormError as error:

@@ -5,6 +5,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 
 WORKER = os.path.join(os.path.dirname(__file__), "mesh_worker.py")
 
@@ -23,12 +24,16 @@ def launch(directory, count: int, timeout: float, actions, **settings) -> list[s
 
 
 def next_line(process: subprocess.Popen, timeout: float) -> dict:
-    """The worker's next JSON line, waiting at most `timeout` seconds."""
-    readable, _, _ = select.select([process.stdout], [], [], timeout)
-    assert readable, f"worker {process.args[-1]} said nothing within {timeout} s"
-    line = process.stdout.readline()
-    assert line, f"worker {process.args[-1]} ended without answering: {process.stderr.read()[-2000:]}"
-    return json.loads(line)
+    """The worker's next JSON line, waiting at most `timeout` seconds; lines a library prints to stdout (NCCL's
+    version, with NCCL_DEBUG set) are passed over."""
+    deadline = time.monotonic() + timeout
+    while True:
+        readable, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        assert readable, f"worker {process.args[-1]} said nothing within {timeout} s"
+        line = process.stdout.readline()
+        assert line, f"worker {process.args[-1]} ended without answering: {process.stderr.read()[-2000:]}"
+        if line.startswith("{"):
+            return json.loads(line)
 
 
 def answers(processes, timeout: float) -> list[dict]:
@@ -38,7 +43,7 @@ def answers(processes, timeout: float) -> list[dict]:
         found = []
         for process in processes:
             output, errors = process.communicate(timeout=timeout)
-            lines = output.strip().splitlines()
+            lines = [line for line in output.strip().splitlines() if line.startswith("{")]
             assert lines, f"worker {process.args[-1]} ended without answering: {errors[-2000:]}"
             found.append(json.loads(lines[-1]) | {"returncode": process.returncode})
         return found

@@ -3,7 +3,8 @@
 - :mod:`.options` -- ``MeshOptions`` and :func:`checked_options`, its one door.
 - :mod:`.description` -- ``MeshDescription``, ``MultimemTier``, ``GPUClass``.
 - :mod:`.rendezvous` -- the directory protocol: announce, admit or refuse, clean older attempts.
-- :mod:`.collectives` -- the collective interface and a process alone; :mod:`.gloo` -- the CPU backend.
+- :mod:`.collectives` -- the collective interface and a process alone; :mod:`.gloo` -- the CPU backend;
+  :mod:`.nccl` -- the GPU backend.
 - :mod:`.agreement` -- every process checks the others passed the same settings.
 - :mod:`.mesh` -- ``Mesh`` itself.
 

@@ -4,8 +4,8 @@
 ``all_gather_bytes`` and ``broadcast_bytes`` of byte strings of any length, and ``barrier``, each waiting at
 most the mesh's timeout for every peer. A backend implements two primitives over numpy arrays
 (``_all_gather`` and ``_broadcast``) and ``_close``; the byte-string verbs are built on them here, once.
-:class:`Alone` is the world of one process; ``mesh.gloo.Gloo`` joins CPU processes; the NCCL backend will
-implement the same primitives over device buffers.
+:class:`Alone` is the world of one CPU process; ``mesh.gloo.Gloo`` joins CPU processes; ``mesh.nccl.Nccl``
+joins GPU processes, staging the arrays through device buffers.
 
 A collective that fails (a peer died, or did not answer in time) raises PEER_LOST and leaves the mesh
 broken: every later collective raises PEER_LOST at once, since the peers no longer agree on what ran.

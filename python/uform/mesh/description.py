@@ -54,7 +54,8 @@ class MeshDescription:
     first_rank: int
     """The world rank of this process's first device; its devices are first_rank .. first_rank + devices - 1."""
     backend: str
-    """What carries the collectives between processes: "none" for a process alone, "gloo" between CPU processes."""
+    """What carries the collectives between processes: "none" for a CPU process alone, "gloo" between CPU
+    processes, "nccl" for GPU processes (a GPU process alone too)."""
     job: str
     """The run's name in the mesh directory ("" for a process alone)."""
     attempt: str

@@ -5,11 +5,11 @@
                                                             directory=b"/shared/exchange", job="run-17"))
     trainer = uform.Trainer.init_vram(executor, mesh=mesh, ...)
 
-A process alone (host_domain_count 1, the derived default) writes no file and needs no backend. Several
-processes meet through the directory (``mesh.rendezvous``), then connect their collectives: gloo between CPU
-processes (``mesh.gloo``). A mesh over several GPUs (in one process or across processes) needs the NCCL
-backend, which is not built yet: it is refused with UNSUPPORTED. ``docs/mesh.md`` has the protocol, the
-timeouts and the faults.
+Several processes meet through the directory (``mesh.rendezvous``), then connect their collectives: gloo
+between CPU processes (``mesh.gloo``), NCCL between GPU processes (``mesh.nccl``), one GPU each. A CPU process
+alone (host_domain_count 1, the derived default) writes no file and needs no backend; a GPU process alone makes
+an NCCL communicator of one rank (its collectives are the ones a larger mesh runs). ``docs/mesh.md`` has the
+protocol, the timeouts and the faults.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .agreement import agree
 from .collectives import Alone, Collectives
 from .description import GPU_CLASS_OF_VARIANT, GPUClass, MeshDescription, MultimemTier
 from .gloo import Gloo
+from .nccl import Nccl, require as require_nccl
 from .options import MeshOptions, checked_options
 from .rendezvous import declaration, rendezvous
 
@@ -48,23 +49,31 @@ class Mesh:
     @classmethod
     def bootstrap(cls, executor: Executor, options: MeshOptions, /) -> Mesh:
         """Join this process to the run `options` describe, over `executor`'s devices. Raises INVALID_ARGUMENT
-        naming a bad option, UNSUPPORTED for a mesh of several GPUs, CONFIG_MISMATCH when the processes
-        declare different meshes, PEER_LOST when one does not arrive within the timeout."""
+        naming a bad option, UNSUPPORTED for a GPU process of several GPUs or a missing backend (NCCL for GPUs,
+        torch's gloo for CPU processes), CONFIG_MISMATCH when the processes declare different meshes (GPU and CPU
+        processes in one mesh, say), PEER_LOST when one does not arrive within the timeout."""
         if not isinstance(executor, Executor):
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
                                                          f"{type(executor).__name__}")
         options = checked_options(options)
         count, devices = options.host_domain_count, len(executor.devices)
-        if executor.is_gpu and count * devices > 1:
-            raise UFormError(ErrorCode.UNSUPPORTED, f"mesh: {count * devices} GPUs ({count} host domains of "
-                             f"{devices}) need the NCCL backend, which is not built yet (docs/mesh.md)")
+        # The backend is checked before the rendezvous: a process without it must not keep the others waiting.
+        if executor.is_gpu:
+            require_nccl(devices, ", ".join(device.name for device in executor.devices))
+        elif count > 1:
+            Gloo.require()
         if count == 1:
-            return cls(executor, options, Alone(options.timeout_seconds), attempt="")
-        Gloo.require()  # before the rendezvous: a process without the backend must not keep the others waiting
+            collectives = Nccl.connect(executor.devices[0], None, 0, 1, options.timeout_seconds) if executor.is_gpu \
+                else Alone(options.timeout_seconds)
+            return cls(executor, options, collectives, attempt="")
         roster = rendezvous(options, declaration(options, executor="gpu" if executor.is_gpu else "cpu",
                                                  devices=devices, gpu_class=_gpu_class(executor).name))
-        collectives = Gloo(os.path.join(roster.directory, b"gloo.store"), options.host_domain_index, count,
-                           options.timeout_seconds)
+        if executor.is_gpu:
+            collectives = Nccl.connect(executor.devices[0], roster.directory, options.host_domain_index, count,
+                                       options.timeout_seconds)
+        else:
+            collectives = Gloo(os.path.join(roster.directory, b"gloo.store"), options.host_domain_index, count,
+                               options.timeout_seconds)
         return cls(executor, options, collectives, roster.attempt)
 
     @property

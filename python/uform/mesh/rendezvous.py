@@ -22,7 +22,7 @@ claiming one host domain (a leftover of an older launch, or a mistaken index), o
 refuse the attempt with CONFIG_MISMATCH naming them. Two
 processes that both open the job as host domain 0 find out from open.json or from their attempt's removal:
 the one that is not named raises CONFIG_MISMATCH at once. Every wait ends at the options' timeout with
-PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, later NCCL's unique id)
+PEER_LOST naming who is missing; the backend's own rendezvous (gloo's FileStore, NCCL's unique id)
 goes in the attempt's directory after admission.
 """
 
