@@ -17,6 +17,7 @@ from uform.mesh import nccl
 from uform.mesh.options import checked_options
 from uform.mesh.rendezvous import declaration, rendezvous
 
+from items import train, trainer
 from processes import answers, launch, next_line
 
 
@@ -276,3 +277,36 @@ def test_a_communicator_that_never_connects_is_aborted_at_the_timeout(monkeypatc
     assert caught.value.code == uform.ErrorCode.PEER_LOST
     assert "NCCL could not connect host domain 0 of 1 within 0.3 s" in caught.value.message
     assert fake.calls[-3:] == ["ncclCommAbort", "cuStreamDestroy_v2", "cuDevicePrimaryCtxRelease_v2"]
+
+
+def checkpoint_of(executor, mesh, path) -> bytes:
+    """10 steps of the tiny trainer over every item of the tests' world, saved: the file's bytes."""
+    run = trainer(executor, mesh)
+    train(run, 0, 1, range(10))
+    run.save(path)
+    run.close()
+    return path.read_bytes()
+
+
+@one_gpu
+def test_a_gpu_world_of_one_trains_to_the_bits_of_no_mesh_and_of_the_cpu(tmp_path):
+    """Must-show 2 of the mesh: the NCCL path with a world of one (its exchanges and the gradient's gather run
+    through a communicator of one rank) writes the checkpoint no mesh writes, which is the CPU's."""
+    gpu = uform.Executor.for_vram(devices=[0])
+    mesh = uform.Mesh.bootstrap(gpu, uform.MeshOptions())
+    assert mesh.describe().backend == "nccl"
+    through_nccl = checkpoint_of(gpu, mesh, tmp_path / "nccl.safetensors")
+    mesh.close()
+    assert through_nccl == checkpoint_of(gpu, None, tmp_path / "alone.safetensors")
+    assert through_nccl == checkpoint_of(uform.Executor.for_ram(), None, tmp_path / "cpu.safetensors")
+
+
+@two_gpus
+def test_two_gpu_processes_train_to_the_checkpoint_of_one_device(tmp_path):
+    """Must-show 1 of the multi-GPU run: 10 JOINT steps on two GPUs over NCCL, each process stepping its share of
+    the items, write the checkpoint one device writes over all of them (the CPU's, which is one GPU's)."""
+    checkpoint = tmp_path / "world.safetensors"
+    found = answers(launch(tmp_path, 2, 120, "train", gpu=[0, 1], checkpoint=str(checkpoint)), 300)
+    assert all("loss" in answer for answer in found), found
+    assert checkpoint.read_bytes() == checkpoint_of(uform.Executor.for_ram(), None, tmp_path / "cpu.safetensors")
+

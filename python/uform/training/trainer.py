@@ -60,7 +60,7 @@ from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape, entries
 from .vocabulary import IGNORED_TARGET
-from .world import (World, check_world, combine_gradients, concatenate_inputs, device_batch, gather_inputs,
+from .world import (GradientReducer, World, check_world, concatenate_inputs, device_batch, gather_inputs,
                     world_outputs, world_run)
 
 
@@ -80,6 +80,7 @@ class Trainer:
         self._seed = seed
         self._replicas = replicas  # one per device of the executor, identical after every step
         self._model = replicas[0]
+        self._reduce_gradients = GradientReducer(world, replicas, replicas[0].registry)
         self._step = step
         self._dropped_unread = 0
         self._lock = threading.Lock()
@@ -265,12 +266,12 @@ class Trainer:
                     raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got "
                                                                  f"{type(arena).__name__}")
             except UFormError as refusal:
-                if world.processes > 1:
+                if world.collectives is not None:
                     gather_inputs(world, refusal)  # every process learns of it, and raises
                 raise
             step = self._step + 1
             first_item, bags_given = 0, bags is not None
-            if world.processes > 1:
+            if world.collectives is not None:
                 parts = gather_inputs(world, inputs)
                 first_item = sum(part["lengths"].size for part in parts[:world.rank])
                 inputs_here, inputs, bags_given = inputs, concatenate_inputs(parts, inputs.outputs_scalar), True
@@ -285,7 +286,7 @@ class Trainer:
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
-            combine_gradients(world, self._replicas, self._model.registry)
+            self._reduce_gradients()
             problem = self._model.gradient_problem()
             if problem is not None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")

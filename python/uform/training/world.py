@@ -11,11 +11,14 @@ A step of a world of W devices, each holding R rows, runs as one device would ov
    (``world_outputs``): every segment's pooled state in world order, the masked loss summed exactly.
 3. Each device finishes (the contrastive head over the world's segments, the backward). Every sum over
    tokens took one partial per packed row and combined them by the row tree, so a device's gradient is a
-   subtree's sum; ``combine_gradients`` adds the devices' gradients in the same tree (this process's
-   devices, then the processes'), giving one device's bits; tensors every device computed whole from the
-   world (the contrastive temperatures) are taken once.
+   subtree's sum; ``GradientReducer`` adds the devices' gradients in the same tree (this process's devices,
+   then the processes'), giving one device's bits; tensors every device computed whole from the world (the
+   contrastive temperatures) are taken once. A process of one GPU in an NCCL mesh gathers the gradients on
+   the device and adds them there (``kernels.tree_sum``); CPU processes and processes of several devices add
+   them on the host (``row_tree``, the same order).
 
-A world of one device skips every exchange.
+A process without a mesh whose executor has one device skips every exchange; with a mesh, even of one
+process, the exchanges run through its collectives (so a world of one exercises them, to the same bits).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 import numpy as np
 
+from .. import kernels as K
 from ..mesh import Mesh
 from ..mesh.collectives import Collectives
 from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
@@ -40,7 +44,7 @@ REPLICATED = ("temperature.log_scale", "temperature.bias")
 @dataclass(frozen=True)
 class World:
     """This process's place in the run: `size` devices in all, its `local` ones from world index `first`, and
-    the collectives joining the processes (None for a process alone)."""
+    the collectives joining the processes (None without a mesh)."""
 
     size: int
     first: int
@@ -53,8 +57,8 @@ class World:
         if mesh is None:
             return cls(size=local, first=0, local=local, collectives=None)
         description = mesh.describe()
-        collectives = mesh.collectives if description.host_domain_count > 1 else None
-        return cls(size=description.world_size, first=description.first_rank, local=local, collectives=collectives)
+        return cls(size=description.world_size, first=description.first_rank, local=local,
+                   collectives=mesh.collectives)
 
     @property
     def processes(self) -> int:
@@ -97,9 +101,6 @@ def check_world(run, world: World, numerics: str | None, executor) -> None:
     if numerics == "fast":
         raise UFormError(ErrorCode.UNSUPPORTED, f"numerics: fast mode's reductions depend on the split; {where} "
                                                 "trains in identical mode")
-    if executor.is_gpu and world.processes > 1:
-        raise UFormError(ErrorCode.UNSUPPORTED, f"mesh: {where} on GPUs of several processes needs the NCCL "
-                                                "backend's device collectives, which the trainer does not use yet")
     unsupported = [name for name, on in (
         ("late_interaction.weight", run.late_interaction.weight > 0), ("choices.weight", run.choices.weight > 0),
         ("batch.max_choices_per_item", run.batch.max_choices_per_item > 0),
@@ -231,30 +232,51 @@ def world_outputs(world: World, locals_: list[LocalOutputs], batches: list[StepB
         pooled = np.zeros((batches[0].world_segment_count, hidden), np.float32)
         for local, batch in zip(locals_, batches):
             pooled[batch.world_segments] = local.pooled
-        if world.processes > 1:
+        if world.collectives is not None:
             pooled = world.collectives.all_gather(pooled)[owners, np.arange(pooled.shape[0])]
     masked = 0.0
     if locals_[0].masked_losses is not None:
         losses = np.stack([local.masked_losses for local in locals_])
-        if world.processes > 1:
+        if world.collectives is not None:
             losses = world.collectives.all_gather(losses)
         masked = masked_mean(list(losses.reshape(-1, losses.shape[-1])), covered)
     return WorldOutputs(pooled=pooled, masked=masked)
 
 
-def combine_gradients(world: World, replicas, registry: list[dict]) -> None:
-    """Every replica's gradient becomes the world's: the devices' gradients added in the row tree (this
-    process's devices, then the processes'), the REPLICATED tensors taken from the first device."""
-    if world.size == 1:
-        return
-    parts = [replica.gradients.numpy() for replica in replicas]
-    total = row_tree(parts)
-    if world.processes > 1:
-        total = row_tree(list(world.collectives.all_gather(total)))
-    total = total.copy() if total is parts[0] else total
-    for entry in registry:
-        if entry["name"] in REPLICATED:
-            span = slice(entry["offset"], entry["offset"] + entry["size"])
-            total[span] = parts[0][span]
-    for replica in replicas:
-        replica.gradients.write(total)
+class GradientReducer:
+    """Makes every replica's gradient the world's after the backward: the devices' gradients added in the row tree
+    (this process's devices, then the processes'), the REPLICATED tensors taken from the first device."""
+
+    def __init__(self, world: World, replicas, registry: list[dict]):
+        self.world, self.replicas = world, replicas
+        self.replicated = [(entry["offset"], entry["size"]) for entry in registry if entry["name"] in REPLICATED]
+        self.on_device = world.local == 1 and hasattr(world.collectives, "all_gather_device")
+        self._gathered = None  # (processes, parameters) on the device, made at the first step
+
+    def __call__(self) -> None:
+        world = self.world
+        if world.collectives is None and world.local == 1:
+            return
+        if self.on_device:
+            self._reduce_on_device()
+            return
+        parts = [replica.gradients.numpy() for replica in self.replicas]
+        total = row_tree(parts)
+        if world.collectives is not None:
+            total = row_tree(list(world.collectives.all_gather(total)))
+        total = total.copy() if total is parts[0] else total
+        for offset, size in self.replicated:
+            total[offset:offset + size] = parts[0][offset:offset + size]
+        for replica in self.replicas:
+            replica.gradients.write(total)
+
+    def _reduce_on_device(self) -> None:
+        """One GPU per process (NCCL): every process's gradient gathered into (processes, parameters) on the
+        device, then added in the row tree by the engine; the replicated tensors copied from process 0's row."""
+        gradients = self.replicas[0].gradients
+        if self._gathered is None:
+            self._gathered = gradients.device.empty((self.world.processes, gradients.size))
+        self.world.collectives.all_gather_device(gradients, self._gathered)
+        K.tree_sum(gradients, self._gathered, self.world.processes)
+        for offset, size in self.replicated:
+            K.tree_sum(gradients.view(offset, size), self._gathered.view(offset, size), 1)
