@@ -7,7 +7,8 @@ on a GPU also gather device buffers with all_gather_device, then init a trainer 
 barrier, after the others' "hang"), "hang" (print that it is ready and sleep: the test kills or stops it),
 "trainer" (init a tiny trainer over the mesh with the given "seed" and "depth"), "train" (10 steps of
 `items.trainer` over this process's shares, then every process saves to "checkpoint", which host domain 0
-writes; answers the last step's losses). The last line is the action's answer or
+writes; answers the last step's losses; with "refuse_at", host domain 1 passes a bad item at that step first,
+and the answer has each process's refusal). The last line is the action's answer or
 {"code", "message"} of the UFormError it met, with "seconds" since the start or since the "ready" line printed
 before it. "gpu": the GPU ordinal the process drives (Executor.for_vram(devices=[gpu])); without it the process
 runs "devices" CPU devices.
@@ -74,9 +75,20 @@ def main(spec: dict) -> dict:
         return {"trainer": "made"}
     if action == "train":
         run = trainer(executor, mesh)
-        stats = train(run, spec["index"], spec["count"], range(10))
+        refused = None
+        if "refuse_at" in spec:  # steps before it, a step whose items host domain 1 refuses, then the rest
+            train(run, spec["index"], spec["count"], range(spec["refuse_at"]))
+            kind = uform.Modality.IMAGE if spec["index"] == 1 else uform.Modality.TEXT  # a run of text alone
+            try:
+                run.step([kind], [b"an item"])
+            except uform.UFormError as error:
+                refused = {"code": error.code.name, "message": error.message}
+            stats = train(run, spec["index"], spec["count"], range(spec["refuse_at"], 10))
+        else:
+            stats = train(run, spec["index"], spec["count"], range(10))
         run.save(spec["checkpoint"])
-        return {"loss": stats.loss, "masked": stats.masked_text_loss, "contrastive": stats.contrastive_loss}
+        return {"loss": stats.loss, "masked": stats.masked_text_loss, "contrastive": stats.contrastive_loss,
+                "refused": refused}
     raise SystemExit(f"unknown action {action!r}")
 
 

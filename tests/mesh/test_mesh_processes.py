@@ -46,6 +46,18 @@ def test_processes_train_to_the_checkpoint_of_one_device(tmp_path, one_device_ch
     assert checkpoint.read_bytes() == one_device_checkpoint
 
 
+def test_a_step_refused_by_one_process_is_refused_by_all_and_changes_nothing(tmp_path, one_device_checkpoint):
+    """Host domain 1's bad item (an image, in a run of text) at the fourth step: it raises its own error, host domain
+    0 INVALID_ARGUMENT naming it, and the run goes on to the checkpoint of ten good steps."""
+    checkpoint = tmp_path / "world.safetensors"
+    found = answers(launch(tmp_path, 2, 60, "train", checkpoint=str(checkpoint), refuse_at=3), 240)
+    assert all("loss" in answer for answer in found), found
+    assert found[0]["refused"]["code"] == "INVALID_ARGUMENT"
+    assert "host domain 1 refused its step's items" in found[0]["refused"]["message"]
+    assert found[1]["refused"]["code"] == "INVALID_ARGUMENT" and "host domain" not in found[1]["refused"]["message"]
+    assert checkpoint.read_bytes() == one_device_checkpoint
+
+
 def survivor_of(tmp_path, timeout: float, fault: signal.Signals) -> dict:
     """The answer of host domain 0 of 2 whose peer gets `fault` while both wait in a collective."""
     survivor, victim = launch(tmp_path, 2, timeout, ["barrier", "hang"])

@@ -33,6 +33,7 @@ from .. import kernels as K
 from ..mesh import Mesh
 from ..mesh.collectives import Collectives
 from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
+from .enums import Modality
 from .errors import ErrorCode, UFormError
 from .relations import EDGE_SETS, Edges, Relations
 from .step_inputs import StepInputs
@@ -165,7 +166,8 @@ def gather_inputs(world: World, inputs: StepInputs | UFormError) -> list[dict[st
 
 def concatenate_inputs(parts: list[dict[str, np.ndarray]], outputs_scalar) -> StepInputs:
     """The world's items: every process's in host-domain order, its bags and relations renumbered into the
-    world's (a process's bag b becomes a bag of its own; edges shift by the items before it)."""
+    world's (a process's bag b becomes a bag of its own; edges shift by the items before it). Text items alone:
+    a world of several devices refuses the rest at init (``check_world``)."""
     contents, bags, groups, edges = [], [], [], {name: ([], [], []) for name in EDGE_SETS}
     first_item, first_bag = 0, 0
     for arrays in parts:
@@ -199,7 +201,7 @@ def concatenate_inputs(parts: list[dict[str, np.ndarray]], outputs_scalar) -> St
             relations[name] = Edges(offsets=np.concatenate([*offsets, [total]]).astype(np.uint64),
                                     ids=np.concatenate(ids).astype(np.uint32), weights=np.concatenate(weights))
     items = len(contents)
-    return StepInputs(modalities=np.zeros(items, np.int32), contents=contents,
+    return StepInputs(modalities=np.full(items, int(Modality.TEXT), np.int32), contents=contents,
                       bags=np.concatenate(bags).astype(np.uint32), temperature_groups=np.concatenate(groups),
                       sides=np.zeros(items, np.int32), choice_offsets=np.zeros(items + 1, np.uint64),
                       choice_bytes=np.empty(0, np.uint8), choice_targets=np.empty(0, np.float32),
