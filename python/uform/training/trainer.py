@@ -265,9 +265,12 @@ class Trainer:
                 if arena is not None and not isinstance(arena, Arena):
                     raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got "
                                                                  f"{type(arena).__name__}")
-            except UFormError as refusal:
-                if world.collectives is not None:
-                    gather_inputs(world, refusal)  # every process learns of it, and raises
+            except Exception as refusal:
+                if world.collectives is not None:  # every process learns of it (and raises), none waits for it
+                    told = refusal if isinstance(refusal, UFormError) else \
+                        UFormError(ErrorCode.INVALID_ARGUMENT, f"{type(refusal).__name__}: {refusal}")
+                    with contextlib.suppress(UFormError):
+                        gather_inputs(world, told)
                 raise
             step = self._step + 1
             first_item, bags_given = 0, bags is not None
