@@ -18,7 +18,7 @@ from engine.launch import (
 )
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     gemm_fast, late_interaction, norms, pointwise, rotary, rows)
+                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -315,6 +315,11 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)
+        index[fast_producers.silu_bf16](m, k, "silu_bf16", fast_producers.SILU_BF16)
+        index[fast_producers.silu_backward_bf16](m, k, "silu_backward_bf16", fast_producers.SILU_BACKWARD_BF16)
+        rows_of[fast_producers.rmsnorm_bf16](m, k, "rmsnorm_bf16", fast_producers.RMSNORM_BF16)
+        rows_of[fast_producers.rmsnorm_backward_bf16](m, k, "rmsnorm_backward_bf16",
+                                                       fast_producers.RMSNORM_BACKWARD_BF16)
         elements[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
         elements[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
         elements[pointwise.add](m, k, "add", pointwise.ADD)
@@ -341,6 +346,7 @@ def PyInit__engine() abi("C") -> PythonObject:
             m, k, "attention_backward_dq_fast"
         )
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
+        index[rotary.rotary_bf16](m, k, "rotary_bf16", rotary.ROTARY_BF16)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)

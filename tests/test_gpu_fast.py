@@ -67,6 +67,12 @@ def test_fast_gemm_on_given_bf16_copies_gives_the_same_bits(gpu, form):
     K.gemm(here, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True)
     K.gemm(given, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True, a16=a16, b16=b16)
     assert np.array_equal(here.numpy().view(np.uint32), given.numpy().view(np.uint32))
+    # an operand that exists only as its copy (the stack's a, m, s and du in fast mode) is passed as None
+    alone = gpu.empty((m, n))
+    K.gemm(alone, None, None, m, n, k, transpose_a=ta, transpose_b=tb, fast=True, a16=a16, b16=b16)
+    assert np.array_equal(here.numpy().view(np.uint32), alone.numpy().view(np.uint32))
+    with pytest.raises(ValueError, match="missing"):
+        K.gemm(alone, None, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True)
 
 
 def test_fast_gemm_repeats_its_bits(gpu):

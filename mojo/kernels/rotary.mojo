@@ -12,19 +12,34 @@ three, the D/2 pairs are cut into sections, pair i reading the position on its s
 time the first ⌊D/8⌋ pairs, row the next ⌊(D/2 − ⌊D/8⌋)/2⌋, column the rest (M-RoPE's split). A
 token whose three positions are equal (text) rotates exactly as with one axis.
 
+Fast mode's backward takes `rotary_bf16`: the same rotation, written as the bf16 copy y16 of the rotated x
+(to nearest, ties to even; x itself unchanged), for the GEMMs that read nothing else of it.
+
 A task rotates PAIRS_PER_TASK consecutive pairs of one (token, head), so that neighbouring GPU threads
 read neighbouring floats; each pair's arithmetic is the same whatever the task, hence so are the bits.
 """
 
 from engine.launch import Args, Interface
+from kernels.gemm_fast import BF16Ptr
 
 comptime ROTARY = Interface("x positions cos sin", "heads head_dim axes", "direction")
+comptime ROTARY_BF16 = Interface("x positions cos sin y16", "heads head_dim axes", "direction")
 
 
 comptime PAIRS_PER_TASK = 4  # divides D/2 for every even head dimension the engine compiles (8 … 128)
 
 
 def rotary(task: Int, args: Args):
+    rotate[False](task, args)
+
+
+def rotary_bf16(task: Int, args: Args):
+    rotate[True](task, args)
+
+
+@always_inline
+def rotate[to_bf16: Bool](task: Int, args: Args):
+    """One task's pairs, rotated in x (to_bf16 False) or written rotated into y16 (to_bf16 True)."""
     var H = args.size(0)
     var D = args.size(1)
     var axes = args.size(2)
@@ -50,5 +65,10 @@ def rotary(task: Int, args: Args):
         var s = sin.unsafe_load(position * half + i) * direction
         var x1 = x.unsafe_load(i)
         var x2 = x.unsafe_load(i + half)
-        x.unsafe_store(i, x1 * c - x2 * s)
-        x.unsafe_store(i + half, x2 * c + x1 * s)
+        comptime if to_bf16:
+            var y16 = BF16Ptr(unsafe_from_address=Int(args.addresses[4]) + 2 * vector * D)
+            y16.unsafe_store(i, (x1 * c - x2 * s).cast[DType.bfloat16]())
+            y16.unsafe_store(i + half, (x2 * c + x1 * s).cast[DType.bfloat16]())
+        else:
+            x.unsafe_store(i, x1 * c - x2 * s)
+            x.unsafe_store(i + half, x2 * c + x1 * s)
