@@ -336,6 +336,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)
         fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
             m, k, "attention_forward_fast"
         )
@@ -346,7 +347,7 @@ def PyInit__engine() abi("C") -> PythonObject:
             m, k, "attention_backward_dq_fast"
         )
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
-        index[rotary.rotary_bf16](m, k, "rotary_bf16", rotary.ROTARY_BF16)
+        index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)

@@ -282,10 +282,11 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
 
 
 def case_fast_producers(device: uform.Device, seed: int, rows: int, width: int, offset: int):
-    """Fast mode's producers of bf16 copies (kernels/fast_producers.mojo, rotary_bf16) give the bits of the
+    """Fast mode's producers of bf16 copies (kernels/fast_producers.mojo, rotary_fast) give the bits of the
     unfused chains they replace (add, rmsnorm_forward/backward, silu, silu_backward, rotary, then cast_bf16),
-    exactly (tolerance 0 against the chain's values). The element kernels start `offset` values into their
-    buffers, so an offset that is not a multiple of 8 takes their unaligned path."""
+    exactly (tolerance 0 against the chain's values); the fast rotary in place gives rotary's bits. The element
+    kernels start `offset` values into their buffers, so an offset that is not a multiple of 8 takes their
+    unaligned path."""
     rng = rng_for(seed)
     shape, count = (rows, width), rows * width
     x, residual, dy, dh = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
@@ -339,18 +340,24 @@ def case_fast_producers(device: uform.Device, seed: int, rows: int, width: int, 
         chain = device.empty(count, np.uint16)
         K.cast_bf16(chain, fp32)
         outputs[name] = (bf16_values(device_bits(copy, offset, count)), f64(bf16_values(chain.numpy())), 0.0, 1.0)
-    # the inverse rotary into bf16 (heads of 16 in each row)
-    positions = device.put(rng.integers(0, 64, rows).astype(np.int32))
+    # the fast rotary (heads of 16 in each row), in place and, inverse, into bf16, on one and three position axes
     cos, sin = (device.put(table) for table in K.rotary_tables(64, 16))
     heads = width // 16
-    if heads:
+    for axes in (1, 3) if heads else ():
+        positions = device.put(rng.integers(0, 64, (rows, axes)).astype(np.int32))
         q = rng.standard_normal((rows, heads * 16)).astype(np.float32)
-        in_place, kept = device.put(q), device.put(q)
-        K.rotary(in_place, positions, cos, sin, heads=heads, head_dim=16, inverse=True)
+        geometry = dict(heads=heads, head_dim=16, axes=axes)
+        identical, fast = device.put(q), device.put(q)
+        K.rotary(identical, positions, cos, sin, **geometry)
+        K.rotary(fast, positions, cos, sin, fast=True, **geometry)
+        rotated = identical.numpy()
+        outputs[f"rotary_fast_axes{axes}"] = (fast.numpy(), f64(rotated), 0.0, 1.0)
+        K.rotary(identical, positions, cos, sin, inverse=True, **geometry)
         rotated16 = device.empty(q.shape, np.uint16)
-        K.rotary(kept, positions, cos, sin, heads=heads, head_dim=16, inverse=True, y16=rotated16)
-        outputs["rotary16"] = (bf16_values(rotated16.numpy()), f64(bf16_values(chain_bits(in_place))), 0.0, 1.0)
-        outputs["rotary16_source_kept"] = (kept.numpy(), f64(q), 0.0, 1.0)
+        K.rotary(fast, positions, cos, sin, inverse=True, fast=True, y16=rotated16, **geometry)
+        outputs[f"rotary16_axes{axes}"] = (bf16_values(rotated16.numpy()), f64(bf16_values(chain_bits(identical))),
+                                           0.0, 1.0)
+        outputs[f"rotary16_source_kept_axes{axes}"] = (fast.numpy(), f64(rotated), 0.0, 1.0)
     return outputs
 
 
@@ -611,7 +618,7 @@ def all_cases():
                       dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, spread=spread)))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
-    for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5)):
+    for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):
         cases.append((f"fast_producers-{rows}x{width}+{offset}", case_fast_producers,
                       dict(rows=rows, width=width, offset=offset)))
     for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):

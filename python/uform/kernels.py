@@ -451,7 +451,7 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
                     **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
     suffix, tile = _attention_kernels(fast, q.device, head_dim)
     tiles = -(-tokens // tile)
-    _launch("attention_backward_delta", tokens * heads, **operands)
+    _launch("attention_backward_delta" + suffix, tokens * heads, **operands)
     _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, **operands)
     _launch("attention_backward_dq" + suffix, tiles * heads, **operands)
 
@@ -468,10 +468,11 @@ def rotary_tables(max_positions: int, head_dim: int, base: float = 10000.0) -> t
 
 
 def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int, head_dim: int,
-           inverse: bool = False, axes: int = 1, y16: Buffer | None = None) -> None:
+           inverse: bool = False, axes: int = 1, fast: bool = False, y16: Buffer | None = None) -> None:
     """Rotate each head vector of x in place by its token's position (inverse: the backward). positions is
     int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo).
-    y16 (fast mode): write the rotated x's bf16 copy there instead, leaving x as it was."""
+    fast: fast mode's variant, the same bits on 16-byte vectors (x must start on 16 bytes); with y16, it writes
+    the rotated x's bf16 copy there instead, leaving x as it was."""
     if axes not in (1, 3):
         raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
     if head_dim % (2 * ROTARY_PAIRS_PER_TASK):
@@ -483,11 +484,16 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     tasks = tokens * heads * (head_dim // 2 // ROTARY_PAIRS_PER_TASK)
     operands = dict(x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim, axes=axes,
                     direction=-1.0 if inverse else 1.0)
-    if y16 is None:
+    if not fast:
+        if y16 is not None:
+            raise ValueError("rotary: a bf16 copy (y16) is written only by the fast variant (fast=True)")
         _launch("rotary", tasks, **operands)
-    else:
+        return
+    if x.address % 16 or (y16 is not None and y16.address % 8):
+        raise ValueError("rotary: the fast variant moves 16-byte vectors: x must start on 16 bytes (y16 on 8)")
+    if y16 is not None:
         _expect(y16, "y16", x.size, np.uint16)
-        _launch("rotary_bf16", tasks, y16=y16, **operands)
+    _launch("rotary_fast", tasks, y16=y16, **operands)
 
 
 # ---- embedding ---------------------------------------------------------------------------------

@@ -279,8 +279,9 @@ class TransformerStack:
             self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a)
             self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a)
             self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a)
-            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes)
-            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes)
+            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes, fast=self.fast)
+            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes,
+                     fast=self.fast)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
             self._round(c.o, b.o)
             self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o)
@@ -329,9 +330,9 @@ class TransformerStack:
             self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
             K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes,
-                     y16=d16.dq)
+                     fast=self.fast, y16=d16.dq)
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
-                     axes=axes, y16=d16.dk)
+                     axes=axes, fast=self.fast, y16=d16.dk)
             self._round(d16.dv, dv)
             self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True, a16=c.a, b16=d16.dq)
             self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dk)
