@@ -49,15 +49,19 @@ _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
 
 
-def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
-    """The generator every corruption draw of ``item`` at ``step`` comes from."""
+def _corruption_key(seed: int, step: int, item: int) -> np.ndarray:
+    """The Philox key of ``item``'s draws at ``step``: [seed, (step << 32) | item]."""
     seed, step, item = operator.index(seed), operator.index(step), operator.index(item)
     for name, value, limit in (("seed", seed, _UINT64_LIMIT), ("step", step, _UINT32_LIMIT),
                                ("item", item, _UINT32_LIMIT)):
         if not 0 <= value < limit:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
-    key = np.array([seed, (step << 32) | item], dtype=np.uint64)
-    return np.random.Generator(np.random.Philox(key=key))
+    return np.array([seed, (step << 32) | item], dtype=np.uint64)
+
+
+def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
+    """The generator every corruption draw of ``item`` at ``step`` comes from."""
+    return np.random.Generator(np.random.Philox(key=_corruption_key(seed, step, item)))
 
 
 def _span_lengths(rng: np.random.Generator, covered: int, mean_span: float) -> np.ndarray:
@@ -139,7 +143,14 @@ def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset:
     begins = (packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]).tolist()
     lengths = packed.segment_length[segments].tolist()
     items = (item_offset + packed.item_of_segment[segments].astype(np.int64)).tolist()
+    # corruption_generator(seed, step, item) for each segment, by setting one Philox to the state a fresh one has
+    # under that key (its counter at zero, nothing buffered): the same draws, without building a generator each
+    bit_generator = np.random.Philox(key=np.zeros(2, np.uint64))
+    fresh = bit_generator.state
+    generator = np.random.Generator(bit_generator)
     for begin, length, item in zip(begins, lengths, items):
+        fresh["state"]["key"] = _corruption_key(seed, step, item)
+        bit_generator.state = fresh
         end = begin + length
-        _corrupt_into(corruption_generator(seed, step, item), inputs[begin:end], targets[begin:end], masking)
+        _corrupt_into(generator, inputs[begin:end], targets[begin:end], masking)
     return inputs.reshape(packed.tokens.shape), targets.reshape(packed.tokens.shape)
