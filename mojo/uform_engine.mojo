@@ -89,6 +89,7 @@ def engine_facts() raises -> PythonObject:
     facts["attention_fast_head_dims"] = fast_head_dims
     facts["attention_fast_tile"] = PythonObject(attention_fast.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
+    facts["embedding_chunk"] = PythonObject(embedding.CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
     facts["exact_gemm_max_k"] = PythonObject(gemm_exact.MAX_K)
@@ -350,6 +351,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
+        index[embedding.embedding_chunk_sums](m, k, "embedding_chunk_sums", embedding.EMBEDDING_CHUNK_SUMS)
+        index[embedding.embedding_chunks_finish](m, k, "embedding_chunks_finish", embedding.EMBEDDING_CHUNKS_FINISH)
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)

@@ -380,7 +380,13 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
     K.embedding_backward(dtable, device.put(d_out), device.put(order), device.put(offsets), width)
     ref = np.zeros((vocab, width))
     np.add.at(ref, ids, f64(d_out))
-    return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens))}
+    # fast mode's chunked order, accumulating onto a table of ones
+    chunk_starts, id_chunks = K.embedding_chunks(offsets)
+    chunked = device.put(np.ones(table.shape, np.float32))
+    K.embedding_backward_chunked(chunked, device.put(d_out), device.put(order), device.put(chunk_starts),
+                                 device.put(id_chunks), width, accumulate=True)
+    return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens)),
+            "dtable_chunked": (chunked.numpy(), ref + 1, 1e-6 * np.sqrt(tokens))}
 
 
 def case_rows(device: uform.Device, seed: int, tokens: int, rows: int, width: int):
@@ -621,7 +627,7 @@ def all_cases():
     for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):
         cases.append((f"fast_producers-{rows}x{width}+{offset}", case_fast_producers,
                       dict(rows=rows, width=width, offset=offset)))
-    for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
+    for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33), (700, 3, 16)):
         for with_rows in (False, True):
             cases.append((f"embedding-{tokens}-{vocab}x{width}-rows{int(with_rows)}", case_embedding,
                           dict(tokens=tokens, vocab=vocab, width=width, with_rows=with_rows)))

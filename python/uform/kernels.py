@@ -22,6 +22,7 @@ from .engine import Buffer, _engine
 FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
 UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op → code of unary_math
 COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
+EMBEDDING_CHUNK = FACTS["embedding_chunk"]  # tokens per partial sum of `embedding_backward_chunked`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
 ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims with fast-mode (bf16) kernels
@@ -528,6 +529,38 @@ def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Bu
     _expect(d_out, "d_out", order.size * width)
     _launch("embedding_backward", vocab * width, dtable=dtable, d_out=d_out, order=order, offsets=offsets, width=width,
             accumulate=accumulate)
+
+
+def embedding_chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fast mode's cut of the id groups (``embedding_groups``' offsets) into chunks of EMBEDDING_CHUNK tokens:
+    chunk_starts (CSR over the grouped order: chunk c holds positions [chunk_starts[c], chunk_starts[c + 1]))
+    and id_chunks (CSR: id v's chunks are [id_chunks[v], id_chunks[v + 1])), both int32."""
+    offsets = np.asarray(offsets, np.int64)
+    per_id = -(-np.diff(offsets) // EMBEDDING_CHUNK)
+    id_chunks = np.zeros(offsets.size, np.int64)
+    np.cumsum(per_id, out=id_chunks[1:])
+    first = np.repeat(id_chunks[:-1], per_id)  # each chunk's id's first chunk
+    starts = np.repeat(offsets[:-1], per_id) + EMBEDDING_CHUNK * (np.arange(id_chunks[-1]) - first)
+    return np.r_[starts, offsets[-1]].astype(np.int32), id_chunks.astype(np.int32)
+
+
+def embedding_backward_chunked(dtable: Buffer, d_out: Buffer, order: Buffer, chunk_starts: Buffer,
+                               id_chunks: Buffer, width: int, *, accumulate: bool = False) -> None:
+    """Fast mode's embedding backward: dtable[v] (+)= Σ of d_out over the tokens of id v, in chunks of
+    EMBEDDING_CHUNK tokens (``embedding_chunks``): each chunk ascending, then the chunks ascending
+    (mojo/kernels/embedding.mojo). The device's scratch holds the chunks' sums."""
+    vocab = id_chunks.size - 1
+    chunks = chunk_starts.size - 1
+    _expect(dtable, "dtable", vocab * width)
+    _expect(order, "order", order.size, np.int32)
+    _expect(d_out, "d_out", order.size * width)
+    _expect(chunk_starts, "chunk_starts", chunks + 1, np.int32)
+    _expect(id_chunks, "id_chunks", vocab + 1, np.int32)
+    partial = dtable.device.scratch(max(chunks, 1) * width)
+    _launch("embedding_chunk_sums", chunks * width, partial=partial, d_out=d_out, order=order,
+            chunk_starts=chunk_starts, width=width)
+    _launch("embedding_chunks_finish", vocab * width, dtable=dtable, partial=partial, id_chunks=id_chunks,
+            width=width, accumulate=accumulate)
 
 
 # ---- rows of the media heads --------------------------------------------------------------------

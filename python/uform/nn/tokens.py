@@ -18,13 +18,16 @@ from ..engine import Buffer, Device
 @dataclass
 class TokenInputs:
     """n tokens on the device: ids, positions, attention spans (kernels.attention_spans), and the
-    order and offsets that group tokens by id for the embedding backward."""
+    order and offsets that group tokens by id for the embedding backward (with fast mode's chunks of the groups:
+    kernels.embedding_chunks)."""
 
     ids: Buffer
     positions: Buffer
     spans: Buffer
     order: Buffer
     offsets: Buffer
+    chunk_starts: Buffer
+    id_chunks: Buffer
 
     @classmethod
     def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1) -> TokenInputs:
@@ -32,20 +35,30 @@ class TokenInputs:
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
         return cls(ids=device.empty(n, np.int32), positions=positions,
                    spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
-                   offsets=device.empty(vocabulary + 1, np.int32))
+                   offsets=device.empty(vocabulary + 1, np.int32),
+                   chunk_starts=device.empty(-(-n // K.EMBEDDING_CHUNK) + vocabulary + 1, np.int32),
+                   id_chunks=device.empty(vocabulary + 1, np.int32))
 
     def embed(self, out: Buffer, table: Buffer, rows: Buffer | None = None, row_of: Buffer | None = None) -> None:
         """out = table[ids], the rows of the embedding table, plus rows[row_of] where row_of ≥ 0 if given
         (the media tokens' patch embeddings)."""
         K.embedding_forward(out, table, self.ids, table.shape[1], rows=rows, row_of=row_of)
 
-    def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray) -> None:
+    def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray, *, fast: bool = False) -> None:
         """The embedding table's gradient from the gradient at its output; `ids` are the host copy of
-        the ids, grouped on the host."""
+        the ids, grouped on the host. fast: fast mode's order, the groups summed in chunks
+        (kernels.embedding_backward_chunked)."""
         order, offsets = K.embedding_groups(ids, self.offsets.size - 1)
         self.order.write(order)
-        self.offsets.write(offsets)
-        K.embedding_backward(dtable, d_out, self.order, self.offsets, dtable.shape[1])
+        if not fast:
+            self.offsets.write(offsets)
+            K.embedding_backward(dtable, d_out, self.order, self.offsets, dtable.shape[1])
+            return
+        chunk_starts, id_chunks = K.embedding_chunks(offsets)
+        starts = self.chunk_starts.view(0, chunk_starts.size)
+        starts.write(chunk_starts)
+        self.id_chunks.write(id_chunks)
+        K.embedding_backward_chunked(dtable, d_out, self.order, starts, self.id_chunks, dtable.shape[1])
 
 
 @dataclass

@@ -203,6 +203,7 @@ class TransformerStack:
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
+        self._weights16: Buffer | None = None
 
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
@@ -222,6 +223,34 @@ class TransformerStack:
 
     def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
         K.gemm(c, a, b, m, n, k, fast=self.fast, **options)
+
+    def _round_weights(self, weights: list[LayerTensors]) -> list[LayerTensors]:
+        """Fast mode: bf16 copies of every block's tensors, for the products that read the weights, made by one
+        cast_bf16 over the span of the model's flat parameters that holds them all (they view one allocation);
+        identical mode: tensors of None."""
+        if not self.fast:
+            return [LayerTensors(**dict.fromkeys(LAYER_TENSORS)) for _ in weights]
+        views = [getattr(w, name) for w in weights for name in LAYER_TENSORS]
+        flat = views[0]
+        while flat.owner is not None:
+            flat = flat.owner
+        for view in views:
+            root = view
+            while root.owner is not None:
+                root = root.owner
+            if root is not flat:
+                raise ValueError("fast mode's weight copies need every block's tensors in one allocation")
+        first = (min(v.address for v in views) - flat.address) // 4
+        first -= first % 8  # the cast's 32-byte groups line up with the allocation's
+        count = (max(v.address + v.nbytes for v in views) - flat.address) // 4 - first
+        if self._weights16 is None or self._weights16.size != count:
+            self._weights16 = flat.device.empty(count, np.uint16)
+        K.cast_bf16(self._weights16, flat.view(first, count))
+
+        def copy(view: Buffer) -> Buffer:
+            return self._weights16.view((view.address - flat.address) // 4 - first, view.shape)
+
+        return [LayerTensors(**{name: copy(getattr(w, name)) for name in LAYER_TENSORS}) for w in weights]
 
     @staticmethod
     def _round(copy: Buffer | None, x: Buffer) -> None:
@@ -273,25 +302,25 @@ class TransformerStack:
         layers, work = buffers.layers, buffers.work
         scratch = work.scratch
         copies = buffers.copies
-        for i, (w, b, c) in enumerate(zip(weights, layers, copies)):
+        for i, (w, w16, b, c) in enumerate(zip(weights, self._round_weights(weights), layers, copies)):
             if i == 0:
                 self._norm(b.a, c.a, b.rstd1, b.h_in, w.attention_norm)
-            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a)
-            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a)
-            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a)
+            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a, b16=w16.wq)
+            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a, b16=w16.wk)
+            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a, b16=w16.wv)
             K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes, fast=self.fast)
             K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes,
                      fast=self.fast)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
             self._round(c.o, b.o)
-            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o)
+            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o, b16=w16.wo)
             self._norm(b.m, c.m, b.rstd2, b.h_in, w.mlp_norm, residual=scratch, h=b.h_mid)
-            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width, a16=c.m)
+            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width, a16=c.m, b16=w16.w_up)
             if self.fast:
                 K.silu_bf16(c.s, b.u)
             else:
                 K.silu(b.s, b.u)
-            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp, a16=c.s)
+            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp, a16=c.s, b16=w16.w_down)
             if i + 1 < g.layers:  # the next block's input, and its first norm in the same pass
                 after, after_copies = layers[i + 1], copies[i + 1]
                 self._norm(after.a, after_copies.a, after.rstd1, b.h_mid, weights[i + 1].attention_norm,
@@ -313,21 +342,22 @@ class TransformerStack:
         attention = self._attention(spans, work.delta)
         d16 = buffers.work_copies
         self._round(d16.dh, dh)  # below the top block, the norms' backward writes dh's copy
+        weights16 = self._round_weights(weights)
         for i in reversed(range(g.layers)):
-            w, gw, b, c = weights[i], grads[i], buffers.layers[i], buffers.copies[i]
+            w, w16, gw, b, c = weights[i], weights16[i], grads[i], buffers.layers[i], buffers.copies[i]
             # h_out = h_mid + silu(m·w_up)·w_down
             self._gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True, a16=c.s, b16=d16.dh)
-            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True, a16=d16.dh)
+            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True, a16=d16.dh, b16=w16.w_down)
             if self.fast:
                 K.silu_backward_bf16(d16.du, b.u, ds)
             else:
                 K.silu_backward(du, b.u, ds)
             self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True, a16=c.m, b16=d16.du)
-            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du)
+            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du, b16=w16.w_up)
             self._norm_backward(dh, d16.dh, dx, b.h_mid, w.mlp_norm, b.rstd2, gw.mlp_norm, work)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
             self._gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True, a16=c.o, b16=d16.dh)
-            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh)
+            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh, b16=w16.wo)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
             K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes,
                      fast=self.fast, y16=d16.dq)
@@ -337,9 +367,11 @@ class TransformerStack:
             self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True, a16=c.a, b16=d16.dq)
             self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dk)
             self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dv)
-            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq)
-            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk)
-            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv)
+            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq, b16=w16.wq)
+            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk,
+                       b16=w16.wk)
+            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv,
+                       b16=w16.wv)
             self._norm_backward(dh, d16.dh, dx, b.h_in, w.attention_norm, b.rstd1, gw.attention_norm, work)
         return dh
 

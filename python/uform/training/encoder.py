@@ -460,7 +460,7 @@ class EncoderModel(ResidentState):
         K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
         K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial)
         dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
-        tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens)
+        tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, fast=self.fast)
         if g.media:
             self._patch_embedding_backward(buffers, media, dh)
         return losses
