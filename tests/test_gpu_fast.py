@@ -157,7 +157,7 @@ def test_encoder_fast_runs_repeat_their_bits_and_track_identical_mode(tmp_path):
     assert abs(first[-1] - identical[-1]) < 0.02 * abs(identical[-1]), (first, identical)
 
 
-def test_fast_stack_rounds_every_weight_as_cast_bf16(gpu):
+def test_fast_stack_rounds_every_weight_as_cast_bf16():
     """The fast stack's one cast over the flat parameters gives each block tensor the bits of its own cast_bf16."""
     from uform.nn.transformer import LAYER_TENSORS, TransformerStack
 
@@ -170,7 +170,7 @@ def test_fast_stack_rounds_every_weight_as_cast_bf16(gpu):
     for weights, copies in zip(model.layer_weights, stack._round_weights(model.layer_weights)):
         for name in LAYER_TENSORS:
             weight, copy = getattr(weights, name), getattr(copies, name)
-            alone = gpu.empty(weight.shape, np.uint16)
+            alone = model.device.empty(weight.shape, np.uint16)  # the trainer's own device (its buffers' owner)
             K.cast_bf16(alone, weight)
             whole = copy.owner.numpy()
             first = (copy.address - copy.owner.address) // 2
