@@ -1,7 +1,8 @@
 """Text-encoder training throughput: uform.Trainer (JOINT) against the same tower and losses in PyTorch
 (SDPA with the segment mask, autograd, AdamW), measured in the same run on the GPU, with each side's peak
 device memory. --numerics identical (default): PyTorch in fp32 with TF32 off. --numerics fast: uform's fast
-mode against PyTorch under torch.autocast(bfloat16), with the model FLOP utilisation of both (the FLOPs of
+mode against PyTorch under torch.autocast(bfloat16), eager and with its loss under torch.compile (default
+mode; a compile that fails is recorded with its error), with the model FLOP utilisation of each (the FLOPs of
 the blocks' GEMMs and of attention over the packed spans, forward and backward: 3× the forward's, against
 the H200's 790 TFLOP/s dense bf16). Figure: bench/RESULTS.md."""
 
@@ -43,7 +44,8 @@ def step_flops(run, segment_lengths: np.ndarray, tokens: int) -> float:
 
 
 def main():
-    args = arguments(__doc__, numerics=True)
+    args = arguments(__doc__, numerics=True,
+                     flags=(("--no-compile", "skip the torch.compile peer (a minute of compiling)"),))
     g = QUICK if args.quick or not uform.gpu_count() else GEOMETRY
     executor = uform.Executor.for_vram([0]) if uform.gpu_count() else uform.Executor.for_ram()
     device = executor.devices[0]
@@ -73,15 +75,27 @@ def main():
         "uform_seconds_per_step": round(seconds, 3), "uform_mfu": round(flops / seconds / H200_BF16_FLOPS, 3),
         "uform_positions_per_s": round(positions / seconds, 1),
         "uform_peak_bytes": device.peak_bytes,
-        "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown[:12]}}
+        "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown}}
     if uform.gpu_count():
-        row.update(torch_peer(trainer, items, relations, g, positions, autocast=args.numerics == "fast"))
+        fast = args.numerics == "fast"
+        row.update(torch_peer(trainer, items, relations, g, positions, autocast=fast))
         row["torch_mfu"] = round(flops / row["torch_seconds_per_step"] / H200_BF16_FLOPS, 3)
         row["ratio"] = round(row["torch_seconds_per_step"] / seconds, 3)
+        if fast and not args.no_compile:
+            try:
+                compiled = torch_peer(trainer, items, relations, g, positions, autocast=True, compile=True)
+            except Exception as error:  # the compiler's failure is a result to record, not a reason to stop
+                row["torch_compile_error"] = f"{type(error).__name__}: {error}"[:2000]
+            else:
+                row.update({f"torch_compile_{key[len('torch_'):]}": value for key, value in compiled.items()})
+                row["torch_compile_mfu"] = round(flops / compiled["torch_seconds_per_step"] / H200_BF16_FLOPS, 3)
+                row["ratio_to_compile"] = round(compiled["torch_seconds_per_step"] / seconds, 3)
     write_results(args.out, "encoder", [row])
 
 
-def torch_peer(trainer, items, relations, g, positions, *, autocast: bool) -> dict:
+def torch_peer(trainer, items, relations, g, positions, *, autocast: bool, compile: bool = False) -> dict:
+    """PyTorch's step time, positions per second and peak memory (compile: the loss under torch.compile, its
+    compilation in the first, untimed steps)."""
     import contextlib
 
     import torch
@@ -104,16 +118,23 @@ def torch_peer(trainer, items, relations, g, positions, *, autocast: bool) -> di
                    groups=cuda(batch.groups, torch.long), sign=cuda(sign[chosen], torch.float32),
                    weight=cuda(weight[chosen], torch.float32))
 
+    def loss_of(parameters):
+        return encoder_torch.step_loss(torch, parameters, trainer.model.registry, hidden=run.hidden, depth=run.depth,
+                                       widths=(), form="sigmoid", objective="joint", text_weight=1.0,
+                                       **tensors)["loss"]
+
+    loss_fn = torch.compile(loss_of) if compile else loss_of
+
     def step():
         optimizer.zero_grad(set_to_none=False)
         with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
-            out = encoder_torch.step_loss(torch, flat, trainer.model.registry, hidden=run.hidden, depth=run.depth,
-                                          widths=(), form="sigmoid", objective="joint", text_weight=1.0, **tensors)
-        out["loss"].backward()
+            loss = loss_fn(flat)
+        loss.backward()
         optimizer.step()
-        out["loss"].item()
+        loss.item()
 
-    step()
+    for _ in range(3 if compile else 1):
+        step()
     torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(3):

@@ -33,9 +33,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     return options
 
 
-def arguments(description: str, *, numerics: bool = False) -> argparse.Namespace:
-    """The bench options: --out, --quick and, with `numerics`, --numerics (the run's numeric mode)."""
+def arguments(description: str, *, numerics: bool = False,
+              flags: tuple[tuple[str, str], ...] = ()) -> argparse.Namespace:
+    """The bench options: --out, --quick, with `numerics` --numerics (the run's numeric mode), and the script's own
+    on/off flags as (name, help)."""
     options = parser(description)
+    for name, text in flags:
+        options.add_argument(name, action="store_true", help=text)
     if numerics:
         options.add_argument("--numerics", choices=("identical", "fast"), default="identical",
                              help="uform's numeric mode; fast measures PyTorch under bf16 autocast")

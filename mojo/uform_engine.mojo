@@ -18,7 +18,7 @@ from engine.launch import (
 )
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum)
+                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -89,6 +89,7 @@ def engine_facts() raises -> PythonObject:
     facts["attention_fast_head_dims"] = fast_head_dims
     facts["attention_fast_tile"] = PythonObject(attention_fast.TILE)
     facts["column_chunk"] = PythonObject(norms.COLUMN_CHUNK)
+    facts["embedding_chunk"] = PythonObject(embedding.CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
     facts["exact_gemm_max_k"] = PythonObject(gemm_exact.MAX_K)
@@ -320,6 +321,11 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)
+        index[fast_producers.silu_bf16](m, k, "silu_bf16", fast_producers.SILU_BF16)
+        index[fast_producers.silu_backward_bf16](m, k, "silu_backward_bf16", fast_producers.SILU_BACKWARD_BF16)
+        rows_of[fast_producers.rmsnorm_bf16](m, k, "rmsnorm_bf16", fast_producers.RMSNORM_BF16)
+        rows_of[fast_producers.rmsnorm_backward_bf16](m, k, "rmsnorm_backward_bf16",
+                                                       fast_producers.RMSNORM_BACKWARD_BF16)
         elements[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
         elements[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
         elements[pointwise.add](m, k, "add", pointwise.ADD)
@@ -337,6 +343,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)
         fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
             m, k, "attention_forward_fast"
         )
@@ -347,8 +354,11 @@ def PyInit__engine() abi("C") -> PythonObject:
             m, k, "attention_backward_dq_fast"
         )
         index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
+        index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
+        index[embedding.embedding_chunk_sums](m, k, "embedding_chunk_sums", embedding.EMBEDDING_CHUNK_SUMS)
+        index[embedding.embedding_chunks_finish](m, k, "embedding_chunks_finish", embedding.EMBEDDING_CHUNKS_FINISH)
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)

@@ -276,6 +276,91 @@ def device_bits(view, offset: int, count: int) -> np.ndarray:
     return view.owner.numpy()[offset:offset + count]
 
 
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns as float32 values."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def case_fast_producers(device: uform.Device, seed: int, rows: int, width: int, offset: int):
+    """Fast mode's producers of bf16 copies (kernels/fast_producers.mojo, rotary_fast) give the bits of the
+    unfused chains they replace (add, rmsnorm_forward/backward, silu, silu_backward, rotary, then cast_bf16),
+    exactly (tolerance 0 against the chain's values); the fast rotary in place gives rotary's bits. The element
+    kernels start `offset` values into their buffers, so an offset that is not a multiple of 8 takes their
+    unaligned path."""
+    rng = rng_for(seed)
+    shape, count = (rows, width), rows * width
+    x, residual, dy, dh = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    w = (1 + 0.1 * rng.standard_normal(width)).astype(np.float32)
+    eps = 1e-5
+    xb, rb, wb, dyb = device.put(x), device.put(residual), device.put(w), device.put(dy)
+
+    def bits16():
+        return device.empty(shape, np.uint16)
+
+    def chain_bits(fp32: uform.Buffer) -> np.ndarray:
+        copy = device.empty(fp32.shape, np.uint16)
+        K.cast_bf16(copy, fp32)
+        return copy.numpy()
+
+    # forward norm, with and without the residual add
+    h, y, rstd = device.empty(shape), device.empty(shape), device.empty(rows)
+    K.add(h, xb, rb)
+    K.rmsnorm_forward(y, rstd, h, wb, eps)
+    fused_h, fused_y16, fused_rstd = device.empty(shape), bits16(), device.empty(rows)
+    K.rmsnorm_bf16(fused_y16, fused_rstd, xb, wb, eps, residual=rb, h=fused_h)
+    plain_y16, plain_rstd = bits16(), device.empty(rows)
+    K.rmsnorm_bf16(plain_y16, plain_rstd, h, wb, eps)
+    outputs = {"norm_h": (fused_h.numpy(), f64(h.numpy()), 0.0, 1.0),
+               "norm_rstd": (fused_rstd.numpy(), f64(rstd.numpy()), 0.0, 1.0),
+               "norm_y16": (bf16_values(fused_y16.numpy()), f64(bf16_values(chain_bits(y))), 0.0, 1.0),
+               "norm_y16_no_residual": (bf16_values(plain_y16.numpy()), f64(bf16_values(chain_bits(y))), 0.0, 1.0)}
+    # backward norm added into dh
+    dx, dw_rows = device.empty(shape), device.empty(shape)
+    K.rmsnorm_backward(dx, dw_rows, dyb, h, wb, rstd)
+    total = device.put(dh)
+    K.add(total, total, dx)
+    fused_dh, fused_dh16, fused_dw_rows = device.put(dh), bits16(), device.empty(shape)
+    K.rmsnorm_backward_bf16(fused_dh, fused_dh16, fused_dw_rows, dyb, h, wb, rstd)
+    outputs.update({"norm_backward_dh": (fused_dh.numpy(), f64(total.numpy()), 0.0, 1.0),
+                    "norm_backward_dh16": (bf16_values(fused_dh16.numpy()), f64(bf16_values(chain_bits(total))), 0.0,
+                                           1.0),
+                    "norm_backward_dw_rows": (fused_dw_rows.numpy(), f64(dw_rows.numpy()), 0.0, 1.0)})
+    # SiLU and its backward, from an offset into the buffers
+    u = (4 * rng.standard_normal(count)).astype(np.float32)
+    ub = device.put(np.r_[np.zeros(offset, np.float32), u]).view(offset, (count,))
+    gb = device.put(np.r_[np.zeros(offset, np.float32), dy.ravel()]).view(offset, (count,))
+    s, du = device.empty(count), device.empty(count)
+    K.silu(s, ub)
+    K.silu_backward(du, ub, gb)
+    fused_s16 = device.empty(offset + count, np.uint16).view(offset, (count,))
+    fused_du16 = device.empty(offset + count, np.uint16).view(offset, (count,))
+    K.silu_bf16(fused_s16, ub)
+    K.silu_backward_bf16(fused_du16, ub, gb)
+    for name, copy, fp32 in (("silu16", fused_s16, s), ("silu_backward16", fused_du16, du)):
+        chain = device.empty(count, np.uint16)
+        K.cast_bf16(chain, fp32)
+        outputs[name] = (bf16_values(device_bits(copy, offset, count)), f64(bf16_values(chain.numpy())), 0.0, 1.0)
+    # the fast rotary (heads of 16 in each row), in place and, inverse, into bf16, on one and three position axes
+    cos, sin = (device.put(table) for table in K.rotary_tables(64, 16))
+    heads = width // 16
+    for axes in (1, 3) if heads else ():
+        positions = device.put(rng.integers(0, 64, (rows, axes)).astype(np.int32))
+        q = rng.standard_normal((rows, heads * 16)).astype(np.float32)
+        geometry = dict(heads=heads, head_dim=16, axes=axes)
+        identical, fast = device.put(q), device.put(q)
+        K.rotary(identical, positions, cos, sin, **geometry)
+        K.rotary(fast, positions, cos, sin, fast=True, **geometry)
+        rotated = identical.numpy()
+        outputs[f"rotary_fast_axes{axes}"] = (fast.numpy(), f64(rotated), 0.0, 1.0)
+        K.rotary(identical, positions, cos, sin, inverse=True, **geometry)
+        rotated16 = device.empty(q.shape, np.uint16)
+        K.rotary(fast, positions, cos, sin, inverse=True, fast=True, y16=rotated16, **geometry)
+        outputs[f"rotary16_axes{axes}"] = (bf16_values(rotated16.numpy()), f64(bf16_values(chain_bits(identical))),
+                                           0.0, 1.0)
+        outputs[f"rotary16_source_kept_axes{axes}"] = (fast.numpy(), f64(rotated), 0.0, 1.0)
+    return outputs
+
+
 def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, width: int, with_rows: bool = False):
     rng = rng_for(seed)
     table = rng.standard_normal((vocab, width)).astype(np.float32)
@@ -295,7 +380,13 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
     K.embedding_backward(dtable, device.put(d_out), device.put(order), device.put(offsets), width)
     ref = np.zeros((vocab, width))
     np.add.at(ref, ids, f64(d_out))
-    return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens))}
+    # fast mode's chunked order, accumulating onto a table of ones
+    chunk_starts, id_chunks = K.embedding_chunks(offsets)
+    chunked = device.put(np.ones(table.shape, np.float32))
+    K.embedding_backward_chunked(chunked, device.put(d_out), device.put(order), device.put(chunk_starts),
+                                 device.put(id_chunks), width, accumulate=True)
+    return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens)),
+            "dtable_chunked": (chunked.numpy(), ref + 1, 1e-6 * np.sqrt(tokens))}
 
 
 def case_rows(device: uform.Device, seed: int, tokens: int, rows: int, width: int):
@@ -560,7 +651,10 @@ def all_cases():
                       dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, spread=spread)))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
-    for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33)):
+    for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):
+        cases.append((f"fast_producers-{rows}x{width}+{offset}", case_fast_producers,
+                      dict(rows=rows, width=width, offset=offset)))
+    for tokens, vocab, width in ((1, 1, 1), (50, 7, 5), (300, 258, 33), (700, 3, 16)):
         for with_rows in (False, True):
             cases.append((f"embedding-{tokens}-{vocab}x{width}-rows{int(with_rows)}", case_embedding,
                           dict(tokens=tokens, vocab=vocab, width=width, with_rows=with_rows)))

@@ -67,6 +67,12 @@ def test_fast_gemm_on_given_bf16_copies_gives_the_same_bits(gpu, form):
     K.gemm(here, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True)
     K.gemm(given, a, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True, a16=a16, b16=b16)
     assert np.array_equal(here.numpy().view(np.uint32), given.numpy().view(np.uint32))
+    # an operand that exists only as its copy (the stack's a, m, s and du in fast mode) is passed as None
+    alone = gpu.empty((m, n))
+    K.gemm(alone, None, None, m, n, k, transpose_a=ta, transpose_b=tb, fast=True, a16=a16, b16=b16)
+    assert np.array_equal(here.numpy().view(np.uint32), alone.numpy().view(np.uint32))
+    with pytest.raises(ValueError, match="missing"):
+        K.gemm(alone, None, b, m, n, k, transpose_a=ta, transpose_b=tb, fast=True)
 
 
 def test_fast_gemm_repeats_its_bits(gpu):
@@ -149,3 +155,23 @@ def test_encoder_fast_runs_repeat_their_bits_and_track_identical_mode(tmp_path):
     assert (tmp_path / "first.safetensors").read_bytes() == (tmp_path / "second.safetensors").read_bytes()
     assert uform.training.checkpoint.read_tensors(tmp_path / "first.safetensors")[0]["numerics"] == "fast"
     assert abs(first[-1] - identical[-1]) < 0.02 * abs(identical[-1]), (first, identical)
+
+
+def test_fast_stack_rounds_every_weight_as_cast_bf16():
+    """The fast stack's one cast over the flat parameters gives each block tensor the bits of its own cast_bf16."""
+    from uform.nn.transformer import LAYER_TENSORS, TransformerStack
+
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_vram([0]), depth=3, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=64),
+        schedule=uform.Schedule(steps=1), seed=7, numerics="fast")
+    model = trainer._model
+    stack = TransformerStack(model.device, model.stack.geometry, 64, fast=True)
+    for weights, copies in zip(model.layer_weights, stack._round_weights(model.layer_weights)):
+        for name in LAYER_TENSORS:
+            weight, copy = getattr(weights, name), getattr(copies, name)
+            alone = model.device.empty(weight.shape, np.uint16)  # the trainer's own device (its buffers' owner)
+            K.cast_bf16(alone, weight)
+            whole = copy.owner.numpy()
+            first = (copy.address - copy.owner.address) // 2
+            assert np.array_equal(whole[first:first + copy.size].reshape(copy.shape), alone.numpy()), name

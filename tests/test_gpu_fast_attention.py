@@ -92,3 +92,27 @@ def test_a_fast_kernel_called_on_the_cpu_raises():
     with pytest.raises(K.EngineError, match="GPU-only"):
         K._launch("attention_forward_fast", 1, o=q, lse=cpu.empty((64, 1)), q=q, k=q, v=q, spans=spans, tokens=64,
                   heads=1, kv_heads=1, head_dim=64, causal=False, scale=0.125)
+
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", sorted(K.ATTENTION_FAST_HEAD_DIMS))
+def test_fast_delta_is_the_identical_chain(head_dim):
+    """The fast backward's δ = dO·o (attention_backward_delta_fast, 16-byte loads) has the identical kernel's bits:
+    the GPU's fast δ equals the CPU's identical one."""
+    rng = np.random.default_rng(head_dim)
+    tokens, heads, kv_heads = 300, 4, 2
+    q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
+    o = rng.standard_normal(q.shape).astype(np.float32)
+    lse = rng.standard_normal((tokens, heads)).astype(np.float32)
+    spans = K.attention_spans(tokens, tokens)
+    deltas = []
+    for device, fast in ((uform.Device.cpu(), False), (uform.Device.gpu(0), True)):
+        delta = device.empty((tokens, heads))
+        dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
+        K.attention_backward(dq, dk, dv, device.put(d_out), device.put(o), device.put(lse), device.put(q),
+                             device.put(k), device.put(v), spans=device.put(spans), heads=heads, kv_heads=kv_heads,
+                             head_dim=head_dim, causal=False, delta=delta, fast=fast)
+        deltas.append(delta.numpy())
+    assert np.array_equal(deltas[0].view(np.uint32), deltas[1].view(np.uint32))

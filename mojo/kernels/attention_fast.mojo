@@ -14,7 +14,8 @@ summation inside one instruction). p and ds are rounded to bf16 as the left oper
 softmax runs in fp32 in base 2 with the hardware exp2: s·scale·log2(e), a running maximum m and sum l per query
 (FA2's online softmax over blocks of 64 keys), o = o/l, and L = (m + log2 l)·ln 2 in natural log, as the
 identical kernels write it (o = 0 and L = 0 for a query that sees no key); the backward recomputes
-p = exp2(s·scale·log2(e) − L·log2(e)). δ is the identical kernel's fp32 chain (attention_backward_delta). So
+p = exp2(s·scale·log2(e) − L·log2(e)). δ is the identical kernel's fp32 chain (attention_backward_delta's one fma
+chain over d ascending), taken by attention_backward_delta_fast on 16-byte loads: the same bits. So
 results differ from the identical mode's by bf16 rounding (relative error at most 2⁻⁹ per operand).
 
 Determinism. No atomics: dk and dv are summed by the task that owns a tile of keys, over the heads of its group
@@ -37,7 +38,7 @@ transposed where the token is the contraction index (p·v, ds·q, ds·k, p·dO).
 """
 
 from std.collections import Array
-from std.math import exp2, log2
+from std.math import exp2, fma, log2
 from std.memory import stack_allocation
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import ld_matrix, mma
@@ -330,7 +331,27 @@ def attention_forward_fast[D: Int](task: Int, args: Args):
                 at.lse.unsafe_store((row + 8 * r) * at.heads + head, lse)
 
 
-# ---- backward (after attention.attention_backward_delta) ------------------------------------------------------
+# ---- backward (after attention_backward_delta_fast) ------------------------------------------------------------
+
+comptime DELTA_CHUNK = 16  # values of a row loaded at once (4 loads of 16 bytes per operand); divides every HEAD_DIMS
+
+
+def attention_backward_delta_fast(task: Int, args: Args):
+    """δ = dO·o per (token, head), an index kernel: attention.attention_backward_delta's chain, fma over d ascending
+    from +0, on rows loaded DELTA_CHUNK values at a time (rows start on 16 bytes: the wrappers check the operands'
+    alignment, and D is a multiple of 16), so the loads of a chunk are in flight together."""
+    var at = Attention(args)
+    var D = at.head_dim
+    var a = at.d_out.unsafe_offset(task * D)
+    var b = at.o.unsafe_offset(task * D)
+    var total = Float32(0)
+    for c in range(0, D, DELTA_CHUNK):
+        var x = a.unsafe_load[width=DELTA_CHUNK, alignment=16](c)
+        var y = b.unsafe_load[width=DELTA_CHUNK, alignment=16](c)
+        comptime for j in range(DELTA_CHUNK):
+            total = fma(x[j], y[j], total)
+    at.delta.unsafe_store(task, total)
+
 
 @always_inline
 def pair_gradients(s: Float32, dp: Float32, lse2: Float32, delta: Float32, scale2: Float32) -> Tuple[Float32, Float32]:

@@ -6,6 +6,13 @@
 The backward needs no atomics: the host hands the tokens grouped by id (a stable
 sort, so each group ascends), as CSR `order` and `offsets`, and each id sums its
 own group in that order, one column per task so neighbouring tasks read neighbouring addresses.
+
+Fast mode's backward sums in another fixed order, for parallelism (a frequent byte's group holds thousands of
+tokens, one sequential chain in the identical order): each group is cut into chunks of CHUNK tokens (the
+host's `chunk_starts`, CSR over `order`; `id_chunks`, CSR of each id's chunks), a task sums one (chunk, column)
+over its tokens ascending from +0 into `partial`, then a task per (id, column) sums its chunks ascending from +0:
+
+    dtable[v, c] (+)= Σ_{chunks k of v, ascending} Σ_{t in chunk k, ascending} dout[t, c]
 """
 
 from engine.launch import Args, Interface
@@ -45,6 +52,45 @@ def embedding_backward(task: Int, args: Args):
     var total = Float32(0)
     for position in range(Int(offsets.unsafe_load(v)), Int(offsets.unsafe_load(v + 1))):
         total += d_out.unsafe_load(Int(order.unsafe_load(position)) * W + column)
+    if accumulate:
+        total = dtable.unsafe_load(task) + total
+    dtable.unsafe_store(task, total)
+
+
+comptime CHUNK = 64  # tokens of one partial sum of fast mode's backward (exported to Python)
+comptime EMBEDDING_CHUNK_SUMS = Interface("partial d_out order chunk_starts", "width", "")
+
+
+def embedding_chunk_sums(task: Int, args: Args):
+    """Fast mode, stage 1, a task per (chunk, column): partial [chunks, W] of the chunk's tokens."""
+    var partial = args.f32(0)
+    var d_out = args.f32(1)
+    var order = args.i32(2)
+    var chunk_starts = args.i32(3)
+    var W = args.size(0)
+    var chunk = task // W
+    var column = task % W
+    var total = Float32(0)
+    for position in range(Int(chunk_starts.unsafe_load(chunk)), Int(chunk_starts.unsafe_load(chunk + 1))):
+        total += d_out.unsafe_load(Int(order.unsafe_load(position)) * W + column)
+    partial.unsafe_store(task, total)
+
+
+comptime EMBEDDING_CHUNKS_FINISH = Interface("dtable partial id_chunks", "width accumulate", "")
+
+
+def embedding_chunks_finish(task: Int, args: Args):
+    """Fast mode, stage 2, a task per (id, column): dtable [V, W] (+)= the id's chunks of partial, ascending."""
+    var dtable = args.f32(0)
+    var partial = args.f32(1)
+    var id_chunks = args.i32(2)
+    var W = args.size(0)
+    var accumulate = args.flag(1)
+    var v = task // W
+    var column = task % W
+    var total = Float32(0)
+    for chunk in range(Int(id_chunks.unsafe_load(v)), Int(id_chunks.unsafe_load(v + 1))):
+        total += partial.unsafe_load(chunk * W + column)
     if accumulate:
         total = dtable.unsafe_load(task) + total
     dtable.unsafe_store(task, total)

@@ -4,10 +4,11 @@
 
 bf16(x) rounds an fp32 value to the nearest bfloat16 (ties to even). The products and their sum
 are taken in fp32 by cuBLAS (`CUBLAS_COMPUTE_32F`), written to the fp32 C. Operands and layouts
-are those of the identical GEMM (kernels/gemm.mojo): the trainers keep fp32 activations and fp32
-master weights, so `cast_bf16` writes bf16 copies of A and B (into a workspace, or once into a
-copy the caller keeps and passes to every product that reads that operand), then MAX's
-vendor-BLAS binding runs cuBLAS on the device's stream. cuBLAS chooses its algorithm by shape and
+are those of the identical GEMM (kernels/gemm.mojo): the trainers keep fp32 master weights, and
+fp32 activations except those that only GEMMs read, so `cast_bf16` writes bf16 copies of A and B
+(into a workspace, or once into a copy the caller keeps and passes to every product that reads
+that operand, unless the operand's producer wrote that copy: kernels/fast_producers.mojo), then
+MAX's vendor-BLAS binding runs cuBLAS on the device's stream. cuBLAS chooses its algorithm by shape and
 GPU model, and by its documentation gives the same bits on every run on GPUs of one architecture
 and SM count: fast mode is deterministic on one GPU model, never equal to the CPU's identical bits.
 

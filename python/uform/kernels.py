@@ -22,6 +22,7 @@ from .engine import Buffer, _engine
 FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
 UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op → code of unary_math
 COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
+EMBEDDING_CHUNK = FACTS["embedding_chunk"]  # tokens per partial sum of `embedding_backward_chunked`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
 ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims with fast-mode (bf16) kernels
@@ -161,6 +162,19 @@ def add(y: Buffer, a: Buffer, b: Buffer) -> None:
     _launch("add", a.size, y=y, a=a, b=b)
 
 
+def silu_bf16(y16: Buffer, x: Buffer) -> None:
+    """Fast mode: y16 = bf16(silu(x)) (the bits of ``cast_bf16`` after ``silu``; kernels/fast_producers.mojo)."""
+    _expect(y16, "y16", x.size, np.uint16)
+    _launch("silu_bf16", -(-x.size // CAST_LANES), y16=y16, x=x, count=x.size)
+
+
+def silu_backward_bf16(dx16: Buffer, x: Buffer, dy: Buffer) -> None:
+    """Fast mode: dx16 = bf16(dy · silu'(x)) (the bits of ``cast_bf16`` after ``silu_backward``)."""
+    _expect(dx16, "dx16", x.size, np.uint16)
+    _expect(dy, "dy", x.size)
+    _launch("silu_backward_bf16", -(-x.size // CAST_LANES), dx16=dx16, x=x, dy=dy, count=x.size)
+
+
 def scale(y: Buffer, x: Buffer, alpha: float) -> None:
     _expect(y, "y", x.size)
     _launch("scale", x.size, y=y, x=x, alpha=alpha)
@@ -179,16 +193,22 @@ def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool, k_range: int) -> int
     return int(_engine.gemm_chunks(m, n, k, bool(transpose_a), int(k_range)))
 
 
-def _gemm_operands(what: str, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, transpose_a: bool,
-                   transpose_b: bool):
-    """The device of a product's operands, after checking its form and their sizes."""
+def _gemm_operands(what: str, c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int,
+                   transpose_a: bool, transpose_b: bool, a16: Buffer | None = None, b16: Buffer | None = None):
+    """The device of a product's operands, after checking its form and their sizes (and those of the bf16 copies
+    given; an operand may be None only where its copy stands in)."""
     if transpose_a and transpose_b:
         raise ValueError(f"{what} supports A·B, Aᵀ·B and A·Bᵀ, not Aᵀ·Bᵀ")
     if min(m, n, k) < 1:
         raise ValueError(f"{what} sizes must be positive, got m={m}, n={n}, k={k}")
-    device = _device_of((c, a, b))
-    _expect(a, "A", m * k)
-    _expect(b, "B", k * n)
+    device = _device_of((c, a, b, a16, b16))
+    for name, operand, copy, size in (("A", a, a16, m * k), ("B", b, b16, k * n)):
+        if operand is None and copy is None:
+            raise ValueError(f"{what}: operand {name} is missing")
+        if operand is not None:
+            _expect(operand, name, size)
+        if copy is not None:
+            _expect(copy, name.lower() + "16", size, np.uint16)
     _expect(c, "C", m * n)
     return device
 
@@ -222,7 +242,7 @@ def cast_bf16(y: Buffer, x: Buffer) -> None:
     _launch("cast_bf16", -(-x.size // CAST_LANES), y=y, x=x, count=x.size)
 
 
-def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
+def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, *,
          transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, fast: bool = False,
          a16: Buffer | None = None, b16: Buffer | None = None, k_range: int = 0) -> None:
     """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b).
@@ -232,20 +252,21 @@ def gemm(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     combine (docs/mesh.md); 0: the canonical rule. Fast products ignore it.
 
     fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
-    copies from a16 and b16 when given (``cast_bf16`` of A and of B, made once for several products) and
-    rounding them itself otherwise; on the CPU, fast mode runs this identical GEMM and ignores the copies."""
-    device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
+    copies from a16 and b16 when given (``cast_bf16`` of A and of B, or a fast producer's copy, made once for
+    several products) and rounding them itself otherwise; an operand given by its copy alone may be None. On the
+    CPU, fast mode runs this identical GEMM on the fp32 operands and ignores the copies."""
+    device = c.device
     label = "gemm" + ("_at" if transpose_a else "_bt" if transpose_b else "")
     if fast and device.is_gpu:
+        _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b, a16, b16)
         load_cublas()  # once per process; raises OSError naming where it looked
-        for name, copy, of in (("a16", a16, a), ("b16", b16, b)):
-            if copy is not None:
-                _expect(copy, name, of.size, np.uint16)
         workspace = _scratch_bytes(device, _engine.gemm_fast_workspace(m, n, k))
-        _call("gemm_fast", _engine.gemm_fast, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-              bool(transpose_b), bool(accumulate), 0 if a16 is None else a16.address,
-              0 if b16 is None else b16.address, workspace.address, 0, label=label + "_fast")
+        _call("gemm_fast", _engine.gemm_fast, device, c.address, 0 if a is None else a.address,
+              0 if b is None else b.address, m, n, k, bool(transpose_a), bool(transpose_b), bool(accumulate),
+              0 if a16 is None else a16.address, 0 if b16 is None else b16.address, workspace.address, 0,
+              label=label + "_fast")
         return
+    device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
     if k_range < 0 or (k_range and not transpose_a):
         raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
     chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
@@ -276,6 +297,37 @@ def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, we
     _expect(rstd, "rstd", rows)
     _launch("rmsnorm_backward", rows, dx=dx, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight, rstd=rstd,
             width=width)
+
+
+def rmsnorm_bf16(y16: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
+                 h: Buffer | None = None) -> None:
+    """Fast mode's RMSNorm into bf16 (kernels/fast_producers.mojo): on h = x + residual (x alone without a
+    residual), y16 = bf16(rmsnorm(h)·weight) and rstd as ``rmsnorm_forward`` writes them; h, when given, keeps
+    the fp32 sum. The bits of ``add``, ``rmsnorm_forward`` and ``cast_bf16`` in turn."""
+    width = weight.size
+    rows = x.size // width
+    _expect(x, "x", rows * width)
+    _expect(y16, "y16", rows * width, np.uint16)
+    _expect(rstd, "rstd", rows)
+    for name, buffer in (("residual", residual), ("h", h)):
+        if buffer is not None:
+            _expect(buffer, name, rows * width)
+    _launch("rmsnorm_bf16", rows, y16=y16, rstd=rstd, h=h, x=x, residual=residual, weight=weight, width=width,
+            eps=eps)
+
+
+def rmsnorm_backward_bf16(dh: Buffer, dh16: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer,
+                          rstd: Buffer) -> None:
+    """Fast mode: RMSNorm's dx (of dy at its output) added into dh in place, with dh's bf16 copy in dh16, and
+    dweight_rows as ``rmsnorm_backward`` writes it. The bits of ``rmsnorm_backward``, ``add`` and ``cast_bf16``."""
+    width = weight.size
+    rows = x.size // width
+    for name, buffer in (("dh", dh), ("dweight_rows", dweight_rows), ("dy", dy)):
+        _expect(buffer, name, rows * width)
+    _expect(dh16, "dh16", rows * width, np.uint16)
+    _expect(rstd, "rstd", rows)
+    _launch("rmsnorm_backward_bf16", rows, dh=dh, dh16=dh16, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight,
+            rstd=rstd, width=width)
 
 
 def softmax_forward(y: Buffer, x: Buffer, width: int) -> None:
@@ -420,7 +472,7 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
                     **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
     suffix, tile = _attention_kernels(fast, q.device, head_dim)
     tiles = -(-tokens // tile)
-    _launch("attention_backward_delta", tokens * heads, **operands)
+    _launch("attention_backward_delta" + suffix, tokens * heads, **operands)
     _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, **operands)
     _launch("attention_backward_dq" + suffix, tiles * heads, **operands)
 
@@ -437,9 +489,11 @@ def rotary_tables(max_positions: int, head_dim: int, base: float = 10000.0) -> t
 
 
 def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int, head_dim: int,
-           inverse: bool = False, axes: int = 1) -> None:
+           inverse: bool = False, axes: int = 1, fast: bool = False, y16: Buffer | None = None) -> None:
     """Rotate each head vector of x in place by its token's position (inverse: the backward). positions is
-    int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo)."""
+    int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo).
+    fast: fast mode's variant, the same bits on 16-byte vectors (x must start on 16 bytes); with y16, it writes
+    the rotated x's bf16 copy there instead, leaving x as it was."""
     if axes not in (1, 3):
         raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
     if head_dim % (2 * ROTARY_PAIRS_PER_TASK):
@@ -448,8 +502,19 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     tokens = positions.size // axes
     _expect(x, "x", tokens * heads * head_dim)
     _expect(positions, "positions", tokens * axes, np.int32)
-    _launch("rotary", tokens * heads * (head_dim // 2 // ROTARY_PAIRS_PER_TASK), x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim,
-            axes=axes, direction=-1.0 if inverse else 1.0)
+    tasks = tokens * heads * (head_dim // 2 // ROTARY_PAIRS_PER_TASK)
+    operands = dict(x=x, positions=positions, cos=cos, sin=sin, heads=heads, head_dim=head_dim, axes=axes,
+                    direction=-1.0 if inverse else 1.0)
+    if not fast:
+        if y16 is not None:
+            raise ValueError("rotary: a bf16 copy (y16) is written only by the fast variant (fast=True)")
+        _launch("rotary", tasks, **operands)
+        return
+    if x.address % 16 or (y16 is not None and y16.address % 8):
+        raise ValueError("rotary: the fast variant moves 16-byte vectors: x must start on 16 bytes (y16 on 8)")
+    if y16 is not None:
+        _expect(y16, "y16", x.size, np.uint16)
+    _launch("rotary_fast", tasks, y16=y16, **operands)
 
 
 # ---- embedding ---------------------------------------------------------------------------------
@@ -496,6 +561,38 @@ def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Bu
     _launch("embedding_backward", groups * width, dtable=partials, d_out=d_out, order=order, offsets=offsets,
             width=width)
     tree_sum(dtable, partials, groups // vocab, accumulate=accumulate)
+
+
+def embedding_chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fast mode's cut of the id groups (``embedding_groups``' offsets) into chunks of EMBEDDING_CHUNK tokens:
+    chunk_starts (CSR over the grouped order: chunk c holds positions [chunk_starts[c], chunk_starts[c + 1]))
+    and id_chunks (CSR: id v's chunks are [id_chunks[v], id_chunks[v + 1])), both int32."""
+    offsets = np.asarray(offsets, np.int64)
+    per_id = -(-np.diff(offsets) // EMBEDDING_CHUNK)
+    id_chunks = np.zeros(offsets.size, np.int64)
+    np.cumsum(per_id, out=id_chunks[1:])
+    first = np.repeat(id_chunks[:-1], per_id)  # each chunk's id's first chunk
+    starts = np.repeat(offsets[:-1], per_id) + EMBEDDING_CHUNK * (np.arange(id_chunks[-1]) - first)
+    return np.r_[starts, offsets[-1]].astype(np.int32), id_chunks.astype(np.int32)
+
+
+def embedding_backward_chunked(dtable: Buffer, d_out: Buffer, order: Buffer, chunk_starts: Buffer,
+                               id_chunks: Buffer, width: int, *, accumulate: bool = False) -> None:
+    """Fast mode's embedding backward: dtable[v] (+)= Σ of d_out over the tokens of id v, in chunks of
+    EMBEDDING_CHUNK tokens (``embedding_chunks``): each chunk ascending, then the chunks ascending
+    (mojo/kernels/embedding.mojo). The device's scratch holds the chunks' sums."""
+    vocab = id_chunks.size - 1
+    chunks = chunk_starts.size - 1
+    _expect(dtable, "dtable", vocab * width)
+    _expect(order, "order", order.size, np.int32)
+    _expect(d_out, "d_out", order.size * width)
+    _expect(chunk_starts, "chunk_starts", chunks + 1, np.int32)
+    _expect(id_chunks, "id_chunks", vocab + 1, np.int32)
+    partial = dtable.device.scratch(max(chunks, 1) * width)
+    _launch("embedding_chunk_sums", chunks * width, partial=partial, d_out=d_out, order=order,
+            chunk_starts=chunk_starts, width=width)
+    _launch("embedding_chunks_finish", vocab * width, dtable=dtable, partial=partial, id_chunks=id_chunks,
+            width=width, accumulate=accumulate)
 
 
 # ---- rows of the media heads --------------------------------------------------------------------

@@ -79,4 +79,4 @@ class DeviceModel(ResidentState):
         tokens, work = buffers.tokens, self.stack.buffers(n).work
         buffers.head.backward(self.weight_grads["head"], work.dh, work.h_out, self.weights["head"])
         dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
-        tokens.embedding_backward(self.weight_grads["embedding"], dh, inputs)
+        tokens.embedding_backward(self.weight_grads["embedding"], dh, inputs, fast=self.fast)

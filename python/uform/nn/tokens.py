@@ -18,13 +18,16 @@ from ..engine import Buffer, Device
 @dataclass
 class TokenInputs:
     """n tokens on the device: ids, positions, attention spans (kernels.attention_spans), and the
-    order and offsets that group tokens by id for the embedding backward."""
+    order and offsets that group tokens by id for the embedding backward (with fast mode's chunks of the groups:
+    kernels.embedding_chunks)."""
 
     ids: Buffer
     positions: Buffer
     spans: Buffer
     order: Buffer
     offsets: Buffer
+    chunk_starts: Buffer
+    id_chunks: Buffer
 
     @classmethod
     def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1, rows: int = 1) -> TokenInputs:
@@ -33,7 +36,9 @@ class TokenInputs:
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
         return cls(ids=device.empty(n, np.int32), positions=positions,
                    spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
-                   offsets=device.empty(rows * vocabulary + 1, np.int32))
+                   offsets=device.empty(rows * vocabulary + 1, np.int32),
+                   chunk_starts=device.empty(-(-n // K.EMBEDDING_CHUNK) + vocabulary + 1, np.int32),
+                   id_chunks=device.empty(vocabulary + 1, np.int32))
 
     def embed(self, out: Buffer, table: Buffer, rows: Buffer | None = None, row_of: Buffer | None = None) -> None:
         """out = table[ids], the rows of the embedding table, plus rows[row_of] where row_of ≥ 0 if given
@@ -41,15 +46,24 @@ class TokenInputs:
         K.embedding_forward(out, table, self.ids, table.shape[1], rows=rows, row_of=row_of)
 
     def embedding_backward(self, dtable: Buffer, d_out: Buffer, ids: np.ndarray, *, row_length: int = 0,
-                           partials: Buffer | None = None) -> None:
+                           partials: Buffer | None = None, fast: bool = False) -> None:
         """The embedding table's gradient from the gradient at its output; `ids` are the host copy of
         the ids, grouped on the host. row_length > 0: each packed row of row_length tokens sums alone into
-        `partials` [rows, vocabulary, width], the rows then combined by the row tree (docs/mesh.md)."""
+        `partials` [rows, vocabulary, width], the rows then combined by the row tree (docs/mesh.md). fast: fast
+        mode's order instead, the groups summed in chunks (kernels.embedding_backward_chunked)."""
         vocabulary, width = dtable.shape
-        order, offsets = K.embedding_groups(ids, vocabulary, row_length)
+        order, offsets = K.embedding_groups(ids, vocabulary, 0 if fast else row_length)
         self.order.write(order)
-        self.offsets.view(0, offsets.size).write(offsets)
-        K.embedding_backward(dtable, d_out, self.order, self.offsets.view(0, offsets.size), width, partials=partials)
+        if not fast:
+            grouped = self.offsets.view(0, offsets.size)
+            grouped.write(offsets)
+            K.embedding_backward(dtable, d_out, self.order, grouped, width, partials=partials if row_length else None)
+            return
+        chunk_starts, id_chunks = K.embedding_chunks(offsets)
+        starts = self.chunk_starts.view(0, chunk_starts.size)
+        starts.write(chunk_starts)
+        self.id_chunks.write(id_chunks)
+        K.embedding_backward_chunked(dtable, d_out, self.order, starts, self.id_chunks, width)
 
 
 @dataclass

@@ -72,10 +72,11 @@ class StackGeometry:
 
 @dataclass
 class LayerActivations:
-    """What one block's forward keeps for its backward, over n tokens (h_in: the block's input)."""
+    """What one block's forward keeps for its backward, over n tokens (h_in: the block's input). In fast mode the
+    GEMM inputs a, m and s exist only as bf16 copies (LayerCopies): their fp32 fields are None."""
 
     h_in: Buffer
-    a: Buffer
+    a: Buffer | None
     rstd1: Buffer
     q: Buffer
     k: Buffer
@@ -83,18 +84,20 @@ class LayerActivations:
     o: Buffer
     lse: Buffer
     h_mid: Buffer
-    m: Buffer
+    m: Buffer | None
     rstd2: Buffer
     u: Buffer
-    s: Buffer
+    s: Buffer | None
 
     @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int) -> LayerActivations:
-        return cls(h_in=device.empty((n, g.width)), a=device.empty((n, g.width)), rstd1=device.empty(n),
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> LayerActivations:
+        def fp32(shape):  # a GEMM input that fast mode keeps only in bf16
+            return None if fast else device.empty(shape)
+
+        return cls(h_in=device.empty((n, g.width)), a=fp32((n, g.width)), rstd1=device.empty(n),
                    q=device.empty((n, g.q_width)), k=device.empty((n, g.kv_width)), v=device.empty((n, g.kv_width)),
                    o=device.empty((n, g.q_width)), lse=device.empty((n, g.heads)), h_mid=device.empty((n, g.width)),
-                   m=device.empty((n, g.width)), rstd2=device.empty(n), u=device.empty((n, g.mlp)),
-                   s=device.empty((n, g.mlp)))
+                   m=fp32((n, g.width)), rstd2=device.empty(n), u=device.empty((n, g.mlp)), s=fp32((n, g.mlp)))
 
 
 @dataclass
@@ -102,7 +105,7 @@ class StackWork:
     """The stack's output and the scratch its passes share across blocks, over n tokens.
 
     dh carries the gradient at the stack's output into the backward and the gradient at its input out of
-    it; dgain_rows and partial also serve the caller's final norm."""
+    it; dgain_rows and partial also serve the caller's final norm. In fast mode du exists only in bf16."""
 
     h_out: Buffer
     dh: Buffer
@@ -115,51 +118,57 @@ class StackWork:
     dv: Buffer
     do: Buffer
     delta: Buffer
-    du: Buffer
+    du: Buffer | None
     ds: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int, row_length: int = 0) -> StackWork:
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool, row_length: int = 0) -> StackWork:
         return cls(h_out=device.empty((n, g.width)), dh=device.empty((n, g.width)), dx=device.empty((n, g.width)),
                    scratch=device.empty((n, g.width)), dgain_rows=device.empty((n, g.width)),
                    partial=K.column_sum_workspace(device, n, g.width, row_length), dq=device.empty((n, g.q_width)),
                    dk=device.empty((n, g.kv_width)), dv=device.empty((n, g.kv_width)), do=device.empty((n, g.q_width)),
-                   delta=device.empty((n, g.heads)), du=device.empty((n, g.mlp)), ds=device.empty((n, g.mlp)))
+                   delta=device.empty((n, g.heads)), du=None if fast else device.empty((n, g.mlp)),
+                   ds=device.empty((n, g.mlp)))
+
+
+def bf16_buffer(device: Device, shape: tuple[int, ...], fast: bool) -> Buffer | None:
+    """A uint16 buffer for a bf16 copy in fast mode; None in identical mode, which keeps none."""
+    return device.empty(shape, np.uint16) if fast else None
 
 
 @dataclass
-class Bf16Copies:
-    """Fast mode's bf16 copies (``kernels.cast_bf16``) of some buffers of a set, under the same names: each
-    rounded once and read by several products. In identical mode every field is None."""
+class LayerCopies:
+    """Fast mode's bf16 copies of one block's GEMM inputs, made in the forward (by their producers: the norms and
+    SiLU write a, m and s only so; o is rounded from attention's fp32 output), read again by the weight
+    gradients. In identical mode every field is None."""
+
+    a: Buffer | None
+    o: Buffer | None
+    m: Buffer | None
+    s: Buffer | None
 
     @classmethod
-    def of(cls, buffers, fast: bool):
-        """A uint16 copy of each of `buffers`' fields this class names (none unless `fast`)."""
-        if not fast:
-            return cls()
-        return cls(**{f.name: getattr(buffers, f.name).device.empty(getattr(buffers, f.name).shape, np.uint16)
-                      for f in fields(cls)})
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> LayerCopies:
+        return cls(a=bf16_buffer(device, (n, g.width), fast), o=bf16_buffer(device, (n, g.q_width), fast),
+                   m=bf16_buffer(device, (n, g.width), fast), s=bf16_buffer(device, (n, g.mlp), fast))
 
 
 @dataclass
-class LayerCopies(Bf16Copies):
-    """One block's GEMM inputs (LayerActivations), made in the forward, read again by the weight gradients."""
+class WorkCopies:
+    """Fast mode's bf16 copies of the backward's gradients that two products each read (dh from the norms'
+    backward, du from SiLU's, dq and dk from the inverse rotary, dv rounded from attention's output)."""
 
-    a: Buffer | None = None
-    o: Buffer | None = None
-    m: Buffer | None = None
-    s: Buffer | None = None
+    dh: Buffer | None
+    du: Buffer | None
+    dq: Buffer | None
+    dk: Buffer | None
+    dv: Buffer | None
 
-
-@dataclass
-class WorkCopies(Bf16Copies):
-    """The backward's gradients (StackWork) that two products each read."""
-
-    dh: Buffer | None = None
-    du: Buffer | None = None
-    dq: Buffer | None = None
-    dk: Buffer | None = None
-    dv: Buffer | None = None
+    @classmethod
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool) -> WorkCopies:
+        return cls(dh=bf16_buffer(device, (n, g.width), fast), du=bf16_buffer(device, (n, g.mlp), fast),
+                   dq=bf16_buffer(device, (n, g.q_width), fast), dk=bf16_buffer(device, (n, g.kv_width), fast),
+                   dv=bf16_buffer(device, (n, g.kv_width), fast))
 
 
 @dataclass
@@ -199,13 +208,14 @@ class TransformerStack:
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
+        self._weights16: Buffer | None = None
 
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
-        layers = [LayerActivations.allocate(d, g, n) for _ in range(g.layers)]
-        work = StackWork.allocate(d, g, n, self.row_length)
-        return StackBuffers(layers=layers, work=work, copies=[LayerCopies.of(layer, self.fast) for layer in layers],
-                            work_copies=WorkCopies.of(work, self.fast))
+        return StackBuffers(layers=[LayerActivations.allocate(d, g, n, self.fast) for _ in range(g.layers)],
+                            work=StackWork.allocate(d, g, n, self.fast, self.row_length),
+                            copies=[LayerCopies.allocate(d, g, n, self.fast) for _ in range(g.layers)],
+                            work_copies=WorkCopies.allocate(d, g, n, self.fast))
 
     def buffers(self, n: int) -> StackBuffers:
         """The activations and work buffers for n tokens, made on first use (the few most recent token
@@ -221,11 +231,65 @@ class TransformerStack:
         K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=self.row_length if options.get("transpose_a") else 0,
                **options)
 
+    def _round_weights(self, weights: list[LayerTensors]) -> list[LayerTensors]:
+        """Fast mode: bf16 copies of every block's tensors, for the products that read the weights, made by one
+        cast_bf16 over the span of the model's flat parameters that holds them all (they view one allocation);
+        identical mode: tensors of None."""
+        if not self.fast:
+            return [LayerTensors(**dict.fromkeys(LAYER_TENSORS)) for _ in weights]
+        views = [getattr(w, name) for w in weights for name in LAYER_TENSORS]
+        flat = views[0]
+        while flat.owner is not None:
+            flat = flat.owner
+        for view in views:
+            root = view
+            while root.owner is not None:
+                root = root.owner
+            if root is not flat:
+                raise ValueError("fast mode's weight copies need every block's tensors in one allocation")
+        first = (min(v.address for v in views) - flat.address) // 4
+        first -= first % 8  # the cast's 32-byte groups line up with the allocation's
+        count = (max(v.address + v.nbytes for v in views) - flat.address) // 4 - first
+        if self._weights16 is None or self._weights16.size != count:
+            self._weights16 = flat.device.empty(count, np.uint16)
+        K.cast_bf16(self._weights16, flat.view(first, count))
+
+        def copy(view: Buffer) -> Buffer:
+            return self._weights16.view((view.address - flat.address) // 4 - first, view.shape)
+
+        return [LayerTensors(**{name: copy(getattr(w, name)) for name in LAYER_TENSORS}) for w in weights]
+
     @staticmethod
     def _round(copy: Buffer | None, x: Buffer) -> None:
         """Fast mode: write x's bf16 copy, which the next products read (identical mode has none)."""
         if copy is not None:
             K.cast_bf16(copy, x)
+
+    def _norm(self, y: Buffer | None, y16: Buffer | None, rstd: Buffer, x: Buffer, gain: Buffer, *,
+              residual: Buffer | None = None, h: Buffer | None = None) -> None:
+        """y = rmsnorm(h)·gain, h = x + residual kept in h (or h = x without a residual); fast mode writes only
+        y's bf16 copy y16, in one pass with the add (kernels.rmsnorm_bf16: the same bits)."""
+        eps = self.geometry.norm_eps
+        if self.fast:
+            K.rmsnorm_bf16(y16, rstd, x, gain, eps, residual=residual, h=h)
+            return
+        if residual is not None:
+            K.add(h, x, residual)
+            x = h
+        K.rmsnorm_forward(y, rstd, x, gain, eps)
+
+    def _norm_backward(self, dh: Buffer, dh16: Buffer | None, dy: Buffer, x: Buffer, gain: Buffer, rstd: Buffer,
+                       dgain: Buffer, work: StackWork) -> None:
+        """dh += the norm's dx for dy at its output (dy's buffer may be overwritten), dgain = its gain's gradient;
+        fast mode also writes dh's bf16 copy dh16, in one pass with the add (kernels.rmsnorm_backward_bf16)."""
+        n, width = x.shape[0], self.geometry.width
+        if self.fast:
+            K.rmsnorm_backward_bf16(dh, dh16, work.dgain_rows, dy, x, gain, rstd)
+            K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
+            return
+        K.rmsnorm_backward(dy, work.dgain_rows, dy, x, gain, rstd)
+        K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
+        K.add(dh, dh, dy)
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
@@ -244,26 +308,32 @@ class TransformerStack:
         buffers = self.buffers(n)
         layers, work = buffers.layers, buffers.work
         scratch = work.scratch
-        for i, (w, b, c) in enumerate(zip(weights, layers, buffers.copies)):
-            K.rmsnorm_forward(b.a, b.rstd1, b.h_in, w.attention_norm, g.norm_eps)
-            self._round(c.a, b.a)
-            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a)
-            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a)
-            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a)
-            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes)
-            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes)
+        copies = buffers.copies
+        for i, (w, w16, b, c) in enumerate(zip(weights, self._round_weights(weights), layers, copies)):
+            if i == 0:
+                self._norm(b.a, c.a, b.rstd1, b.h_in, w.attention_norm)
+            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a, b16=w16.wq)
+            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a, b16=w16.wk)
+            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a, b16=w16.wv)
+            K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes, fast=self.fast)
+            K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes,
+                     fast=self.fast)
             K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
             self._round(c.o, b.o)
-            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o)
-            K.add(b.h_mid, b.h_in, scratch)
-            K.rmsnorm_forward(b.m, b.rstd2, b.h_mid, w.mlp_norm, g.norm_eps)
-            self._round(c.m, b.m)
-            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width, a16=c.m)
-            K.silu(b.s, b.u)
-            self._round(c.s, b.s)
-            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp, a16=c.s)
-            h_out = layers[i + 1].h_in if i + 1 < g.layers else work.h_out
-            K.add(h_out, b.h_mid, scratch)
+            self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o, b16=w16.wo)
+            self._norm(b.m, c.m, b.rstd2, b.h_in, w.mlp_norm, residual=scratch, h=b.h_mid)
+            self._gemm(b.u, b.m, w.w_up, n, g.mlp, g.width, a16=c.m, b16=w16.w_up)
+            if self.fast:
+                K.silu_bf16(c.s, b.u)
+            else:
+                K.silu(b.s, b.u)
+            self._gemm(scratch, b.s, w.w_down, n, g.width, g.mlp, a16=c.s, b16=w16.w_down)
+            if i + 1 < g.layers:  # the next block's input, and its first norm in the same pass
+                after, after_copies = layers[i + 1], copies[i + 1]
+                self._norm(after.a, after_copies.a, after.rstd1, b.h_mid, weights[i + 1].attention_norm,
+                           residual=scratch, h=after.h_in)
+            else:
+                K.add(work.h_out, b.h_mid, scratch)
         return work.h_out
 
     def backward(self, weights: list[LayerTensors], grads: list[LayerTensors], n: int, positions: Buffer,
@@ -274,42 +344,42 @@ class TransformerStack:
         axes = position_axes(positions)
         buffers = self.buffers(n)
         work = buffers.work
-        dh, dx, dgain_rows, partial = work.dh, work.dx, work.dgain_rows, work.partial
+        dh, dx = work.dh, work.dx
         dq, dk, dv, do, du, ds = work.dq, work.dk, work.dv, work.do, work.du, work.ds
         attention = self._attention(spans, work.delta)
         d16 = buffers.work_copies
+        self._round(d16.dh, dh)  # below the top block, the norms' backward writes dh's copy
+        weights16 = self._round_weights(weights)
         for i in reversed(range(g.layers)):
-            w, gw, b, c = weights[i], grads[i], buffers.layers[i], buffers.copies[i]
+            w, w16, gw, b, c = weights[i], weights16[i], grads[i], buffers.layers[i], buffers.copies[i]
             # h_out = h_mid + silu(m·w_up)·w_down
-            self._round(d16.dh, dh)
             self._gemm(gw.w_down, b.s, dh, g.mlp, g.width, n, transpose_a=True, a16=c.s, b16=d16.dh)
-            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True, a16=d16.dh)
-            K.silu_backward(du, b.u, ds)
-            self._round(d16.du, du)
+            self._gemm(ds, dh, w.w_down, n, g.mlp, g.width, transpose_b=True, a16=d16.dh, b16=w16.w_down)
+            if self.fast:
+                K.silu_backward_bf16(d16.du, b.u, ds)
+            else:
+                K.silu_backward(du, b.u, ds)
             self._gemm(gw.w_up, b.m, du, g.width, g.mlp, n, transpose_a=True, a16=c.m, b16=d16.du)
-            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du)
-            K.rmsnorm_backward(dx, dgain_rows, dx, b.h_mid, w.mlp_norm, b.rstd2)
-            K.column_sum(gw.mlp_norm, dgain_rows, n, g.width, partial=partial, row_length=self.row_length)
-            K.add(dh, dh, dx)
+            self._gemm(dx, du, w.w_up, n, g.width, g.mlp, transpose_b=True, a16=d16.du, b16=w16.w_up)
+            self._norm_backward(dh, d16.dh, dx, b.h_mid, w.mlp_norm, b.rstd2, gw.mlp_norm, work)
             # h_mid = h_in + attention(rmsnorm(h_in))·wo
-            self._round(d16.dh, dh)
             self._gemm(gw.wo, b.o, dh, g.q_width, g.width, n, transpose_a=True, a16=c.o, b16=d16.dh)
-            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh)
+            self._gemm(do, dh, w.wo, n, g.q_width, g.width, transpose_b=True, a16=d16.dh, b16=w16.wo)
             K.attention_backward(dq, dk, dv, do, b.o, b.lse, b.q, b.k, b.v, **attention)
-            K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes)
+            K.rotary(dq, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, inverse=True, axes=axes,
+                     fast=self.fast, y16=d16.dq)
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
-                     axes=axes)
-            for gradient, copy in ((dq, d16.dq), (dk, d16.dk), (dv, d16.dv)):
-                self._round(copy, gradient)
+                     axes=axes, fast=self.fast, y16=d16.dk)
+            self._round(d16.dv, dv)
             self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True, a16=c.a, b16=d16.dq)
             self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dk)
             self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dv)
-            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq)
-            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk)
-            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv)
-            K.rmsnorm_backward(dx, dgain_rows, dx, b.h_in, w.attention_norm, b.rstd1)
-            K.column_sum(gw.attention_norm, dgain_rows, n, g.width, partial=partial, row_length=self.row_length)
-            K.add(dh, dh, dx)
+            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq, b16=w16.wq)
+            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk,
+                       b16=w16.wk)
+            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv,
+                       b16=w16.wv)
+            self._norm_backward(dh, d16.dh, dx, b.h_in, w.attention_norm, b.rstd1, gw.attention_norm, work)
         return dh
 
 

@@ -533,7 +533,7 @@ class EncoderModel(ResidentState):
         K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial, row_length=rows)
         dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
         tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, row_length=rows,
-                                  partials=buffers.embedding_partials)
+                                  partials=buffers.embedding_partials, fast=self.fast)
         if g.media:
             self._patch_embedding_backward(buffers, media, dh)
         return losses

@@ -35,6 +35,7 @@ afresh.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -48,15 +49,19 @@ _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
 
 
-def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
-    """The generator every corruption draw of ``item`` at ``step`` comes from."""
+def _corruption_key(seed: int, step: int, item: int) -> np.ndarray:
+    """The Philox key of ``item``'s draws at ``step``: [seed, (step << 32) | item]."""
     seed, step, item = operator.index(seed), operator.index(step), operator.index(item)
     for name, value, limit in (("seed", seed, _UINT64_LIMIT), ("step", step, _UINT32_LIMIT),
                                ("item", item, _UINT32_LIMIT)):
         if not 0 <= value < limit:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
-    key = np.array([seed, (step << 32) | item], dtype=np.uint64)
-    return np.random.Generator(np.random.Philox(key=key))
+    return np.array([seed, (step << 32) | item], dtype=np.uint64)
+
+
+def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
+    """The generator every corruption draw of ``item`` at ``step`` comes from."""
+    return np.random.Generator(np.random.Philox(key=_corruption_key(seed, step, item)))
 
 
 def _span_lengths(rng: np.random.Generator, covered: int, mean_span: float) -> np.ndarray:
@@ -66,49 +71,58 @@ def _span_lengths(rng: np.random.Generator, covered: int, mean_span: float) -> n
     """
     draws = int(covered / mean_span * 1.5) + 8
     spans = rng.geometric(1.0 / mean_span, size=draws)
-    while spans.sum() < covered:
+    reach = spans.cumsum()
+    while reach[-1] < covered:
         spans = np.concatenate([spans, rng.geometric(1.0 / mean_span, size=draws)])
-    reach = np.cumsum(spans)
+        reach = spans.cumsum()
     last = int(np.searchsorted(reach, covered))
     spans = spans[:last + 1]
     spans[-1] -= reach[last] - covered
     return spans
 
 
-def covered_positions(rng: np.random.Generator, length: int, masking: Masking) -> np.ndarray:
-    """A boolean mask over ``length`` positions: the spans of steps 1-3 of the module doc."""
-    covered = int(np.floor(masking.token_mask_probability * length + rng.random()))
-    mask = np.zeros(length, bool)
+def _covered_indices(rng: np.random.Generator, length: int, masking: Masking) -> np.ndarray:
+    """The covered positions of steps 1-3 of the module doc, ascending: span i covers ``spans[i]`` positions
+    from its start, which lies after the gaps before it and the spans before it."""
+    covered = math.floor(masking.token_mask_probability * length + rng.random())
     if covered == 0:
-        return mask
+        return np.empty(0, np.int64)
     spans = _span_lengths(rng, covered, masking.token_mean_span)
     free = length - covered
     if spans.size - 1 > free:
         spans = np.append(spans[:free], spans[free:].sum())
     spare = free - (spans.size - 1)
     cuts = np.sort(rng.integers(0, spare + 1, size=spans.size))
-    gaps = np.diff(cuts, prepend=0)
-    gaps[1:] += 1
-    starts = np.cumsum(gaps) + np.cumsum(spans) - spans
-    edges = np.zeros(length + 1, np.int64)
-    edges[starts] = 1
-    edges[starts + spans] = -1
-    return np.cumsum(edges[:length]) > 0
+    gaps_before = cuts + np.arange(spans.size)  # the uncovered positions before span i: cut i, plus i separators
+    return np.arange(covered) + np.repeat(gaps_before, spans)
+
+
+def covered_positions(rng: np.random.Generator, length: int, masking: Masking) -> np.ndarray:
+    """A boolean mask over ``length`` positions: the spans of steps 1-3 of the module doc."""
+    mask = np.zeros(length, bool)
+    mask[_covered_indices(rng, length, masking)] = True
+    return mask
+
+
+def _corrupt_into(rng: np.random.Generator, inputs: np.ndarray, targets: np.ndarray, masking: Masking) -> None:
+    """Steps 1-4 of the module doc for one segment, in place: ``inputs`` (its tokens) corrupted, ``targets``
+    (all ``IGNORED_TARGET``) set at the covered positions."""
+    where = _covered_indices(rng, inputs.size, masking)
+    shown = rng.random(where.size)
+    random_bytes = rng.integers(0, BYTE_COUNT, size=where.size, dtype=np.int32)
+    original = inputs[where]
+    targets[where] = original
+    masked = shown < masking.replace_fraction
+    randomized = shown < masking.replace_fraction + masking.random_fraction
+    inputs[where] = np.where(masked, MASK, np.where(randomized, random_bytes, original))
 
 
 def corrupt_segment(rng: np.random.Generator, tokens: np.ndarray,
                     masking: Masking) -> tuple[np.ndarray, np.ndarray]:
     """``(inputs, targets)`` for one segment's tokens, drawn from ``rng`` as the module doc orders."""
-    where = np.flatnonzero(covered_positions(rng, tokens.size, masking))
-    shown = rng.random(where.size)
-    random_bytes = rng.integers(0, BYTE_COUNT, size=where.size, dtype=np.int32)
     inputs = tokens.copy()
     targets = np.full(tokens.size, IGNORED_TARGET, np.int32)
-    targets[where] = tokens[where]
-    masked = shown < masking.replace_fraction
-    randomized = ~masked & (shown < masking.replace_fraction + masking.random_fraction)
-    inputs[where[masked]] = MASK
-    inputs[where[randomized]] = random_bytes[randomized]
+    _corrupt_into(rng, inputs, targets, masking)
     return inputs, targets
 
 
@@ -125,9 +139,18 @@ def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset:
     columns = packed.tokens.shape[1]
     inputs = packed.tokens.copy().reshape(-1)
     targets = np.full(inputs.size, IGNORED_TARGET, np.int32)
-    for segment in range(packed.segment_count) if text_segments is None else np.flatnonzero(text_segments):
-        begin = int(packed.segment_row[segment]) * columns + int(packed.segment_start[segment])
-        end = begin + int(packed.segment_length[segment])
-        rng = corruption_generator(seed, step, item_offset + int(packed.item_of_segment[segment]))
-        inputs[begin:end], targets[begin:end] = corrupt_segment(rng, inputs[begin:end], masking)
+    segments = np.arange(packed.segment_count) if text_segments is None else np.flatnonzero(text_segments)
+    begins = (packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]).tolist()
+    lengths = packed.segment_length[segments].tolist()
+    items = (item_offset + packed.item_of_segment[segments].astype(np.int64)).tolist()
+    # corruption_generator(seed, step, item) for each segment, by setting one Philox to the state a fresh one has
+    # under that key (its counter at zero, nothing buffered): the same draws, without building a generator each
+    bit_generator = np.random.Philox(key=np.zeros(2, np.uint64))
+    fresh = bit_generator.state
+    generator = np.random.Generator(bit_generator)
+    for begin, length, item in zip(begins, lengths, items):
+        fresh["state"]["key"] = _corruption_key(seed, step, item)
+        bit_generator.state = fresh
+        end = begin + length
+        _corrupt_into(generator, inputs[begin:end], targets[begin:end], masking)
     return inputs.reshape(packed.tokens.shape), targets.reshape(packed.tokens.shape)
