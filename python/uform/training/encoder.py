@@ -165,19 +165,17 @@ class StepLosses:
 
 @dataclass
 class LocalOutputs:
-    """What one device's step gives the world between its two phases (``EncoderModel.step_phases``)."""
+    """What one device's step gives the world after its forward (``EncoderModel.step_phases``)."""
 
-    pooled: np.ndarray | None         # (S, hidden) mean final states of this device's segments, if contrastive
-    masked_losses: np.ndarray | None  # (rows·columns,) the masked loss at each position (0 where uncovered)
+    pooled: np.ndarray | None  # (S, hidden) mean final states of this device's segments, if exchanged
 
 
 @dataclass
 class WorldOutputs:
-    """What the world gives every device's step back: the pooled states of every segment in world order, and
-    the masked loss over the world's covered positions."""
+    """What the world gives every device's step back: the pooled states of every segment in world order (None:
+    this device's are the world's, pooled in place)."""
 
     pooled: np.ndarray | None
-    masked: float
 
 
 def masked_mean(losses: list[np.ndarray], covered: int) -> float:
@@ -189,22 +187,24 @@ def masked_mean(losses: list[np.ndarray], covered: int) -> float:
     return math.fsum(values.tolist()) / covered
 
 
-def finish_phases(phases, world: WorldOutputs):
-    """Send the world's outputs into a step's second phase and answer what the step returns."""
+def finish_phases(phases, masked: float):
+    """Send the world's masked loss into a step's last phase and answer what the step returns."""
     try:
-        phases.send(world)
+        phases.send(masked)
     except StopIteration as done:
         return done.value
-    raise RuntimeError("a step's phases yielded twice")
+    raise RuntimeError("a step's phases yielded thrice")
 
 
 @dataclass
 class PrefixBuffers:
-    """One matryoshka width's unit-norm prefixes of the pooled embeddings, their gradient and 1/norms."""
+    """One matryoshka width's unit-norm prefixes of the pooled embeddings, their gradient, 1/norms and the pair
+    loss of each row (read back once the step's work is queued)."""
 
     u: Buffer
     du: Buffer
     inverse: Buffer
+    row_losses: Buffer
 
 
 @dataclass
@@ -212,6 +212,7 @@ class ContrastiveBuffers:
     """The contrastive head's buffers over S segments: the pair targets, pooled embeddings, scores and
     gradients, the full-width unit embeddings as scored, and one PrefixBuffers per matryoshka width."""
 
+    starts: Buffer
     lengths: Buffer
     groups: Buffer
     sign: Buffer
@@ -221,7 +222,6 @@ class ContrastiveBuffers:
     temperature: Buffer
     cos: Buffer
     dcos: Buffer
-    row_losses: Buffer
     dlog_scale: Buffer
     dbias: Buffer
     full: Buffer
@@ -231,12 +231,12 @@ class ContrastiveBuffers:
     @classmethod
     def allocate(cls, device: Device, segments: int, hidden: int, widths: tuple[int, ...]) -> ContrastiveBuffers:
         d, S, H = device, segments, hidden
-        return cls(lengths=d.empty(S, np.int32), groups=d.empty(S, np.int32),
+        return cls(starts=d.empty(S, np.int32), lengths=d.empty(S, np.int32), groups=d.empty(S, np.int32),
                    sign=d.empty((S, S)), weight=d.empty((S, S)), pooled=d.empty((S, H)), dpooled=d.empty((S, H)),
-                   temperature=d.empty((S, 2)), cos=d.empty((S, S)), dcos=d.empty((S, S)), row_losses=d.empty(S),
+                   temperature=d.empty((S, 2)), cos=d.empty((S, S)), dcos=d.empty((S, S)),
                    dlog_scale=d.empty(S), dbias=d.empty(S), full=d.empty((S, H)), full_inverse=d.empty(S),
-                   prefixes=[PrefixBuffers(u=d.empty((S, width)), du=d.empty((S, width)), inverse=d.empty(S))
-                             for width in widths])
+                   prefixes=[PrefixBuffers(u=d.empty((S, width)), du=d.empty((S, width)), inverse=d.empty(S),
+                                           row_losses=d.empty(S)) for width in widths])
 
 
 @dataclass
@@ -472,22 +472,24 @@ class EncoderModel(ResidentState):
     def step_losses(self, batch: StepBatch, **options) -> StepLosses:
         """Forward and losses of a device alone (its own world); with_gradient also the whole backward into
         self.gradients. The options are ``step_phases``'."""
-        phases = self.step_phases(batch, **options)
-        local = next(phases)
-        return finish_phases(phases, WorldOutputs(pooled=local.pooled,
-                                                  masked=masked_mean([local.masked_losses], batch.covered)
-                                                  if local.masked_losses is not None else 0.0))
+        phases = self.step_phases(batch, exchange=False, **options)
+        next(phases)
+        masked_losses = phases.send(WorldOutputs(pooled=None))
+        return finish_phases(phases, masked_mean([masked_losses], batch.covered) if masked_losses is not None
+                             else 0.0)
 
-    def step_phases(self, batch: StepBatch, *, text_weight: float, with_gradient: bool, want_pooled: bool = False,
-                    media_weights: dict[str, float] | None = None, late_weight: float = 0.0,
-                    choices_weight: float = 0.0):
-        """One device's step in two phases, as a generator. The first runs the forward and the heads that read
-        this device's positions alone, then yields its ``LocalOutputs``; the world answers ``WorldOutputs``
-        (every device's pooled states, the world's masked loss: docs/mesh.md), with which the second phase runs
-        the contrastive head over the world's segments and, with_gradient, the whole backward into
-        self.gradients; the generator returns the StepLosses. media_weights: each media modality's
-        reconstruction weight (by name); late_weight and choices_weight the weights of the late-interaction and
-        choices terms (a device alone: the world of one that ``step_losses`` drives)."""
+    def step_phases(self, batch: StepBatch, *, exchange: bool, text_weight: float, with_gradient: bool,
+                    want_pooled: bool = False, media_weights: dict[str, float] | None = None,
+                    late_weight: float = 0.0, choices_weight: float = 0.0):
+        """One device's step in three phases, as a generator (docs/mesh.md). The first runs the forward and the
+        heads that read this device's positions alone, then yields its ``LocalOutputs`` (with `exchange`, its
+        segments' pooled states, downloaded); the world answers ``WorldOutputs`` (every segment's pooled state,
+        or None to pool this device's in place), with which the second runs the contrastive head over the
+        world's segments and, with_gradient, the whole backward into self.gradients, and only then reads the
+        losses back (so the device never waits for the host mid-step): it yields this device's per-position
+        masked losses (None without the masked head); the world answers its masked loss, and the generator
+        returns the StepLosses. media_weights: each media modality's reconstruction weight (by name);
+        late_weight and choices_weight the weights of the late-interaction and choices terms."""
         g = self.geometry
         n, H = batch.tokens.size, g.hidden
         media_weights = media_weights or {}
@@ -505,38 +507,43 @@ class EncoderModel(ResidentState):
         choices = 0.0
         if batch.choices is not None and batch.choices.count:
             choices, dy_written = self._choices(buffers, batch.choices, choices_weight, with_gradient, dy_written)
-        local_pooled = self._pool_local(buffers, batch) if buffers.contrastive is not None else None
-        world = yield LocalOutputs(pooled=local_pooled, masked_losses=masked_losses)
+        exchanged = self._pool_local(buffers, batch) if buffers.contrastive is not None and exchange else None
+        world = yield LocalOutputs(pooled=exchanged)
 
-        contrastive, pooled = 0.0, None
+        row_losses = []
         if buffers.contrastive is not None:
-            contrastive, pooled = self._contrastive(buffers, batch, world.pooled, with_gradient, dy_written,
-                                                    want_pooled)
+            row_losses = self._contrastive(buffers, batch, world.pooled, with_gradient, dy_written)
             dy_written = dy_written or with_gradient
         late = 0.0
         if batch.late is not None:
             late = late_weight * self._late_interaction(buffers, batch, late_weight, with_gradient)
-        masked = world.masked if g.masked else 0.0
+        if with_gradient:
+            if not dy_written:
+                K.fill(buffers.dy, 0.0)
+            work = self.stack.buffers(n).work
+            rows = g.max_columns  # the packed rows' length: every sum over tokens takes a row at a time
+            K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
+            K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial,
+                         row_length=rows)
+            dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
+            tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, row_length=rows,
+                                      partials=buffers.embedding_partials, fast=self.fast)
+            if g.media:
+                self._patch_embedding_backward(buffers, media, dh)
+        contrastive = sum(float(np.sum(losses.numpy(), dtype=np.float64)) for losses in row_losses) \
+            * (1.0 / len(row_losses) if row_losses else 0.0)
+        pooled = None
+        if want_pooled and buffers.contrastive is not None:
+            c = buffers.contrastive
+            K.l2_normalize_forward(c.full, c.full_inverse, c.pooled, H, H)
+            pooled = c.full.numpy()
+        masked = yield masked_losses.numpy() if masked_losses is not None else None
         weight = text_weight if g.masked else 0.0
         total = weight * masked + sum(media_weights.get(name, 0.0) * loss
                                       for name, loss in reconstruction.items()) + contrastive + late \
             + choices_weight * choices
-        losses = StepLosses(masked=masked, contrastive=contrastive, total=total, pooled=pooled,
-                            reconstruction=reconstruction, late_interaction=late, choices=choices)
-        if not with_gradient:
-            return losses
-        if not dy_written:
-            K.fill(buffers.dy, 0.0)
-        work = self.stack.buffers(n).work
-        rows = g.max_columns  # the packed rows' length: every sum over tokens takes a row at a time
-        K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
-        K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial, row_length=rows)
-        dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
-        tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, row_length=rows,
-                                  partials=buffers.embedding_partials, fast=self.fast)
-        if g.media:
-            self._patch_embedding_backward(buffers, media, dh)
-        return losses
+        return StepLosses(masked=masked, contrastive=contrastive, total=total, pooled=pooled,
+                          reconstruction=reconstruction, late_interaction=late, choices=choices)
 
     # ---- media: patch embeddings in, reconstruction heads out -----------------------------------------
 
@@ -609,8 +616,8 @@ class EncoderModel(ResidentState):
         return losses, dy_written
 
     def _masked(self, buffers: EncoderBuffers, batch: StepBatch, text_weight: float,
-                with_gradient: bool) -> tuple[np.ndarray, bool]:
-        """The masked head over this device's positions: their losses (downloaded) and, with_gradient, the head's
+                with_gradient: bool) -> tuple[Buffer, bool]:
+        """The masked head over this device's positions: the buffer of their losses and, with_gradient, the head's
         gradient (summed by packed rows) and dy, each scaled by text_weight over the world's covered count."""
         head = buffers.masked
         head.forward(buffers.y, self.weights["masked_head"])
@@ -619,7 +626,7 @@ class EncoderModel(ResidentState):
         if with_gradient:
             head.backward(self.weight_grads["masked_head"], buffers.dy, buffers.y, self.weights["masked_head"],
                           row_length=self.geometry.max_columns)
-        return head.losses.numpy(), with_gradient
+        return head.losses, with_gradient
 
     def _pool_local(self, buffers: EncoderBuffers, batch: StepBatch) -> np.ndarray:
         """The mean final state of each of this device's segments, (S, hidden) float32, downloaded for the world."""
@@ -632,10 +639,11 @@ class EncoderModel(ResidentState):
         K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
         return p.pooled.numpy()
 
-    def _contrastive(self, buffers: EncoderBuffers, batch: StepBatch, world_pooled: np.ndarray, with_gradient: bool,
-                     accumulate: bool, want_pooled: bool) -> tuple[float, np.ndarray | None]:
+    def _contrastive(self, buffers: EncoderBuffers, batch: StepBatch, world_pooled: np.ndarray | None,
+                     with_gradient: bool, accumulate: bool) -> list[Buffer]:
         """The contrastive head over the world's segments (every device computes it whole, so negatives span the
-        world); the gradient reaches this device's tokens through their world segment indices."""
+        world; None: this device's segments are the world's, pooled here); the gradient reaches this device's
+        tokens through their world segment indices. Answers each Matryoshka width's buffer of row losses."""
         H = self.geometry.hidden
         c = buffers.contrastive
         S = c.lengths.size
@@ -643,22 +651,20 @@ class EncoderModel(ResidentState):
         c.groups.write(batch.groups)
         c.sign.write(batch.sign)
         c.weight.write(batch.weight)
-        c.pooled.write(world_pooled)
-        pooled = None
-        if want_pooled:
-            K.l2_normalize_forward(c.full, c.full_inverse, c.pooled, H, H)
-            pooled = c.full.numpy()
+        if world_pooled is None:
+            c.starts.write(batch.segment_starts)
+            K.pool_forward(c.pooled, buffers.y, c.starts, c.lengths, H)
+        else:
+            c.pooled.write(world_pooled)
         K.row_temperature(c.temperature, self.weights["temperature.log_scale"], self.weights["temperature.bias"],
                           c.groups)
-        total = 0.0
         share = 1.0 / len(self.widths)
         for k, (width, prefix) in enumerate(zip(self.widths, c.prefixes)):
             u, du, inverse = prefix.u, prefix.du, prefix.inverse
             K.l2_normalize_forward(u, inverse, c.pooled, width, H)
             K.gemm(c.cos, u, u, S, S, width, transpose_b=True)
-            K.pair_loss(c.row_losses, c.dcos, c.dlog_scale, c.dbias, c.cos, c.sign, c.weight, c.temperature,
+            K.pair_loss(prefix.row_losses, c.dcos, c.dlog_scale, c.dbias, c.cos, c.sign, c.weight, c.temperature,
                         form=batch.form, ranked_norm=batch.ranked_norm, grad_scale=share)
-            total += float(np.sum(c.row_losses.numpy(), dtype=np.float64))
             if not with_gradient:
                 continue
             K.group_sums(self.weight_grads["temperature.log_scale"], c.dlog_scale, c.groups, accumulate=k > 0)
@@ -671,7 +677,7 @@ class EncoderModel(ResidentState):
             K.l2_normalize_backward(c.dpooled, du, u, inverse, width, H, accumulate=k > 0 or width < H)
         if with_gradient:
             K.pool_backward(buffers.dy, c.dpooled, buffers.token_segments, c.lengths, H, accumulate=accumulate)
-        return total * share, pooled
+        return [prefix.row_losses for prefix in c.prefixes]
 
     # ---- late interaction -------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape, entries
 from .vocabulary import IGNORED_TARGET
 from .world import (GradientReducer, World, check_world, concatenate_inputs, device_batch, gather_inputs,
-                    world_outputs, world_run)
+                    world_masked_loss, world_pooled, world_run)
 
 
 DECODE_AHEAD = 2
@@ -317,19 +317,21 @@ class Trainer:
 
     def _world_step(self, batch, packed, want_pooled: bool):
         """Forward, losses and backward of the world's packed batch on every device of this process, each over its
-        block of rows, the world's outputs exchanged between the phases (``uform.training.world``); answers the
-        losses (every device's are the same)."""
+        block of rows, the world's pooled states and masked loss exchanged between the phases
+        (``uform.training.world``); answers the losses (every device's are the same)."""
         run, world = self._run, self._world
         rows = run.batch.max_rows_per_device
+        alone = world.size == 1 and world.collectives is None
         batches = [batch] if world.size == 1 else \
             [device_batch(batch, packed, world.first + d, rows) for d in range(world.local)]
-        phases = [replica.step_phases(device_batch_, text_weight=run.masking.text_weight, with_gradient=True,
-                                      want_pooled=want_pooled, media_weights=self._media_weights(),
+        phases = [replica.step_phases(device_batch_, exchange=not alone, text_weight=run.masking.text_weight,
+                                      with_gradient=True, want_pooled=want_pooled, media_weights=self._media_weights(),
                                       late_weight=run.late_interaction.weight, choices_weight=run.choices.weight)
                   for replica, device_batch_ in zip(self._replicas, batches)]
-        outputs = world_outputs(world, [next(phase) for phase in phases], batches,
-                                packed.segment_row // (rows * world.local), run.hidden)
-        return [finish_phases(phase, outputs) for phase in phases][0]
+        pooled = world_pooled(world, [next(phase) for phase in phases], batches,
+                              packed.segment_row // (rows * world.local), run.hidden)
+        masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
+        return [finish_phases(phase, masked) for phase in phases][0]
 
     def evaluate(self, modalities, contents, /, *, relations: Relations | None = None, temperature_groups=None,
                  sides=None, choices=None, choice_targets=None, corrupt_as_step: int | None = None) -> dict:

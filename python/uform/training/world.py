@@ -7,9 +7,10 @@ A step of a world of W devices, each holding R rows, runs as one device would ov
    process's in host-domain order (``concatenate_inputs``). Each process packs, corrupts and resolves them
    the same way, as one grid of W·R rows in blocks of R (a bag stays in one block), and keeps its devices'
    blocks (``device_batch``).
-2. Each device runs its step's first phase (``EncoderModel.step_phases``); the world's outputs are gathered
-   (``world_outputs``): every segment's pooled state in world order, the masked loss summed exactly.
-3. Each device finishes (the contrastive head over the world's segments, the backward). Every sum over
+2. Each device runs its step's first phase (``EncoderModel.step_phases``); every segment's pooled state is
+   gathered in world order (``world_pooled``).
+3. Each device runs the contrastive head over the world's segments and the backward, then the masked loss is
+   summed exactly over the world's positions (``world_masked_loss``). Every sum over
    tokens took one partial per packed row and combined them by the row tree, so a device's gradient is a
    subtree's sum; ``GradientReducer`` adds the devices' gradients in the same tree (this process's devices,
    then the processes'), giving one device's bits; tensors every device computed whole from the world (the
@@ -224,25 +225,30 @@ def device_batch(batch: StepBatch, packed, device: int, rows: int) -> StepBatch:
                    world_lengths=batch.segment_lengths)
 
 
-def world_outputs(world: World, locals_: list[LocalOutputs], batches: list[StepBatch], owners: np.ndarray,
-                  hidden: int) -> WorldOutputs:
-    """The world's pooled states (every segment's, in world order) and masked loss, from this process's
-    devices' outputs and, in a mesh, every process's (`owners`: the process whose devices hold each segment)."""
-    covered = batches[0].covered
-    pooled = None
-    if locals_[0].pooled is not None:
-        pooled = np.zeros((batches[0].world_segment_count, hidden), np.float32)
-        for local, batch in zip(locals_, batches):
-            pooled[batch.world_segments] = local.pooled
-        if world.collectives is not None:
-            pooled = world.collectives.all_gather(pooled)[owners, np.arange(pooled.shape[0])]
-    masked = 0.0
-    if locals_[0].masked_losses is not None:
-        losses = np.stack([local.masked_losses for local in locals_])
-        if world.collectives is not None:
-            losses = world.collectives.all_gather(losses)
-        masked = masked_mean(list(losses.reshape(-1, losses.shape[-1])), covered)
-    return WorldOutputs(pooled=pooled, masked=masked)
+def world_pooled(world: World, locals_: list[LocalOutputs], batches: list[StepBatch], owners: np.ndarray,
+                 hidden: int) -> WorldOutputs:
+    """The world's pooled states (every segment's, in world order) from this process's devices' and, in a mesh,
+    every process's (`owners`: the process whose devices hold each segment); None where nothing was exchanged
+    (a device alone pools its own in place)."""
+    if locals_[0].pooled is None:
+        return WorldOutputs(pooled=None)
+    pooled = np.zeros((batches[0].world_segment_count, hidden), np.float32)
+    for local, batch in zip(locals_, batches):
+        pooled[batch.world_segments] = local.pooled
+    if world.collectives is not None:
+        pooled = world.collectives.all_gather(pooled)[owners, np.arange(pooled.shape[0])]
+    return WorldOutputs(pooled=pooled)
+
+
+def world_masked_loss(world: World, losses: list[np.ndarray | None], covered: int) -> float:
+    """The world's masked loss from this process's devices' per-position losses and, in a mesh, every
+    process's (0 without the masked head)."""
+    if losses[0] is None:
+        return 0.0
+    stacked = np.stack(losses)
+    if world.collectives is not None:
+        stacked = world.collectives.all_gather(stacked)
+    return masked_mean(list(stacked.reshape(-1, stacked.shape[-1])), covered)
 
 
 class GradientReducer:
