@@ -127,3 +127,32 @@ def test_a_world_of_several_devices_needs_rows_in_a_power_of_two():
                                 batch=uform.BatchShape(max_rows_per_device=3, max_segments_per_device=4,
                                                        max_columns_per_row=32))
     assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
+
+
+def test_processes_items_concatenate_into_the_worlds():
+    """Two processes' items (bags, groups, weighted edges, one process without relations) read as one step of
+    the world's items: bags stay apart, edges shift by the items before them, weights kept."""
+    from uform.training.relations import pair_targets
+    from uform.training.step_inputs import check_step_inputs
+    from uform.training.world import concatenate_inputs, decode_inputs, encode_inputs
+
+    first = check_step_inputs([uform.Modality.TEXT] * 3, [b"ab", b"cde", b"f"], bags=[7, 7, 2],
+                              temperature_groups=[0, 1, 0], temperature_group_count=2,
+                              relations=uform.Relations(attract=([0, 1, 2, 2], [1, 0], [0.5, 2.0])))
+    second = check_step_inputs([uform.Modality.TEXT] * 2, [b"gh", b"ijk"], bags=[7, 1])
+    world = concatenate_inputs([decode_inputs(encode_inputs(part))[0] for part in (first, second)],
+                               uform.Scalar.F32)
+    assert world.contents == [b"ab", b"cde", b"f", b"gh", b"ijk"]
+    assert len(set(world.bags[:2])) == 1 and len(set(world.bags.tolist())) == 4
+    assert world.temperature_groups.tolist() == [0, 1, 0, 0, 0]
+    sign, weight = pair_targets(world.relations, 5, uform.Negatives.AMBIENT, 0.0)
+    alone, alone_weight = pair_targets(first.relations, 3, uform.Negatives.AMBIENT, 0.0)
+    assert np.array_equal(sign[:3, :3], alone) and np.array_equal(weight[:3, :3], alone_weight)
+    assert np.all(sign[3:, :] <= 0) and np.all(sign[:, 3:] <= 0)
+
+
+def test_a_refusal_crosses_the_exchange():
+    from uform.training.world import decode_inputs, encode_inputs
+
+    arrays, refusal = decode_inputs(encode_inputs(uform.UFormError(uform.ErrorCode.SHAPE_MISMATCH, "bags: 2 for 3")))
+    assert refusal == "SHAPE_MISMATCH: bags: 2 for 3"
