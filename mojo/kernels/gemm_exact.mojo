@@ -23,10 +23,12 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, whole_row
+from engine.reduction import row_stride
+from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
-from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmEx, cublasOperation_t
+from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
 
@@ -82,6 +84,12 @@ def line_exponent(x: F32Ptr, length: Int, step: Int) -> Int32:
     for i in range(length):
         var magnitude = bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF
         largest = max(largest, magnitude)  # float32 magnitudes order as their bit patterns do
+    return exponent_of_largest(largest)
+
+
+@always_inline
+def exponent_of_largest(largest: UInt32) -> Int32:
+    """e of a line from the bits of its largest magnitude: 0 when zero, NON_FINITE for an infinity or a NaN."""
     if largest >= 0x7F800000:
         return NON_FINITE
     return Int32(0 if largest == 0 else significand_bits(largest) + binade(largest))
@@ -277,34 +285,71 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
-comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines moduli", "")
+comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
 
 
-def exact_residues(line: Int, args: Args):
-    """Line `line` of x, as exact_prep takes it: its exponent, and the symmetric residues of its fixed-point
-    values modulo each of the first `moduli` MODULI, residues[(i·lines + line)·padded(length) + k] (int8; the
-    padding, and every residue of a non-finite line, zero)."""
+def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
+    """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
+    caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
+    shuffles (a maximum of bit patterns, so any order gives the same e)."""
     var length = args.size(0)
-    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var x = args.f32(1).unsafe_offset(line * args.size(1))
+    var step = args.size(2)
+    var largest = UInt32(0)
+    for i in range(lane, length, row_stride[warp]()):
+        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    comptime if warp:
+        comptime for level in range(5):
+            largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
+    if lane == 0:
+        args.i32(0).unsafe_store(line, exponent_of_largest(largest))
+
+
+comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16-byte store per modulus
+comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
+
+
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """k values [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents): the
+    symmetric residues of their fixed-point values v modulo each of the first `moduli` MODULI,
+    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
+    zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
+    side by side at one group, so neighbouring tasks read neighbouring floats.
+
+    |v| < 2^bits ≤ 2^43, so |v| = h·2^32 + l with h < 2^11, and |v| mod p = (l mod p + h·(2^32 mod p)) mod p
+    in 32-bit arithmetic (p ≤ 256): the same residue as the 64-bit v's, without a 64-bit division."""
+    var length = args.size(0)
+    var line_stride = args.size(1)
     var step = args.size(2)
     var bits = args.size(3)
     var lines = args.size(4)
-    var moduli = args.size(5)
-    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
-    var stride = padded(length)
-    var e = line_exponent(x, length, step)
-    args.i32(1).unsafe_store(line, e)
-    for k in range(stride):
-        var fixed = Int64(0)
+    var groups = padded(length) // RESIDUE_GROUP
+    var line = task // groups if step == 1 else task % lines
+    var group = task % groups if step == 1 else task // lines
+    var x = args.f32(2).unsafe_offset(line * line_stride)
+    var e = args.i32(1).unsafe_load(line)
+    var low = SIMD[DType.uint32, RESIDUE_GROUP](0)  # |v| = high·2^32 + low
+    var high = SIMD[DType.uint32, RESIDUE_GROUP](0)
+    var negative = SIMD[DType.bool, RESIDUE_GROUP](fill=False)
+    comptime for j in range(RESIDUE_GROUP):
+        var k = group * RESIDUE_GROUP + j
         if k < length and e != NON_FINITE:
-            fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-        comptime for i in range(len(MODULI)):
-            comptime p = MODULI[i]
-            if i < moduli:
-                var r = Int(fixed % Int64(p))
-                r = r + p if r < 0 else r
-                r = r - p if r >= (p + 1) // 2 else r  # symmetric: −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
-                residues.unsafe_store((i * lines + line) * stride + k, Int8(r))
+            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+            var magnitude = UInt64(-fixed if fixed < 0 else fixed)
+            low[j] = UInt32(magnitude & 0xFFFFFFFF)
+            high[j] = UInt32(magnitude >> 32)
+            negative[j] = fixed < 0
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    var first = line * padded(length) + group * RESIDUE_GROUP
+    comptime for i in range(moduli):
+        comptime p = UInt32(MODULI[i])
+        comptime two_to_32 = UInt32((1 << 32) % MODULI[i])
+        var r = (low % p + high * two_to_32) % p  # |v| mod p
+        r = negative.select((p - r) % p, r)  # v mod p, in [0, p)
+        var symmetric = r.cast[DType.int32]() - r.ge((p + 1) // 2).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
+        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+            i * lines * padded(length) + first, symmetric.cast[DType.int8]()
+        )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -328,18 +373,29 @@ def residue_products(task: Int, args: Args):
     args.i32(0).unsafe_store(task, total)
 
 
-comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits moduli accumulate", "")
+comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
 
 
-def crt_round(output: Int, args: Args):
-    """Output (m, n): X from its residues (the chunk sums of each plane product, modulo its prime) by Garner's
-    mixed radix, X = v0 + p0·(v1 + p1·(v2 + …)), taken symmetric (|X| < P/2), then rounded as exact_products
-    rounds it; NaN for a non-finite line."""
+def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
+    """Whether Π_{j ≥ i} p_j (over the first `moduli` MODULI) is below 2^64: then Garner's value from digit i
+    up, which lies below that product, fits in 64 bits."""
+    var product = UInt128(1)
+    comptime for j in range(len(MODULI)):
+        if i <= j < moduli:
+            product *= UInt128(MODULI[j])
+    return product < UInt128(1) << 64
+
+
+def crt_round[moduli: Int](output: Int, args: Args):
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
+    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (…((r_i − v0)·p0⁻¹ − v1)·p1⁻¹ … − v_{i−1})·p_{i−1}⁻¹ mod
+    p_i, taken symmetric (|X| < P/2), then rounded as exact_products rounds it; NaN for a non-finite line.
+    Every digit step is 32-bit arithmetic (digits and moduli ≤ 256), and the radix sum stays in 64 bits until
+    it needs 128."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
     var bits = args.size(3)
-    var moduli = args.size(4)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var c = args.f32(0)
     var e = args.i32(2).unsafe_load(output // N)
@@ -348,30 +404,43 @@ def crt_round(output: Int, args: Args):
         c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
         return
     var sums = args.i32(1)
-    var digits = SIMD[DType.int64, 16](0)  # Garner's mixed-radix digits v_i, each in [0, p_i)
-    comptime for i in range(len(MODULI)):
-        comptime p = Int64(MODULI[i])
-        if i < moduli:
-            var residue = Int64(0)
-            for chunk in range(chunks):
-                residue += Int64(sums.unsafe_load((i * chunks + chunk) * M * N + output))
-            var digit = residue % p
-            comptime for j in range(i):
-                comptime inverse = Int64(inverse_mod(MODULI[j], MODULI[i]))  # p_j⁻¹ mod p_i
-                digit = (digit - digits[j]) % p * inverse % p
-            digits[i] = digit + p if digit < 0 else digit
+    var digits = SIMD[DType.uint32, 16](0)
+    comptime for i in range(moduli):
+        comptime p = UInt32(MODULI[i])
+        comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
+        var residue = UInt32(0)
+        for chunk in range(chunks):
+            residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
+        var digit = residue % p
+        comptime for j in range(i):
+            comptime inverse = UInt32(inverse_mod(MODULI[j], MODULI[i]))  # p_j⁻¹ mod p_i
+            digit = (digit + 2 * p - digits[j]) % p * inverse % p  # v_j < p_j ≤ 256 < 2·p_i
+        digits[i] = digit
+    var low = UInt64(0)
     var x = UInt128(0)
-    var product = UInt128(1)
-    comptime for step in range(len(MODULI)):
-        comptime i = len(MODULI) - 1 - step
-        if i < moduli:
+    comptime for step in range(moduli):
+        comptime i = moduli - 1 - step
+        comptime if radix_fits_64_bits(moduli, i):
+            low = low * UInt64(MODULI[i]) + UInt64(digits[i])
+        else:
+            comptime if radix_fits_64_bits(moduli, i + 1):
+                x = UInt128(low)
             x = x * UInt128(MODULI[i]) + UInt128(digits[i])
-            product *= UInt128(MODULI[i])
+    comptime product = modulus_product(moduli)
     var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
     var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-    if args.flag(5):
+    if args.flag(4):
         rounded_value = c.unsafe_load(output) + rounded_value
     c.unsafe_store(output, rounded_value)
+
+
+def modulus_product(moduli: Int) -> UInt128:
+    """P, the product of the first `moduli` MODULI."""
+    var product = UInt128(1)
+    comptime for i in range(len(MODULI)):
+        if i < moduli:
+            product *= UInt128(MODULI[i])
+    return product
 
 
 def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
@@ -388,31 +457,27 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     residue_workspace_bytes(M, N, K)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
+    if moduli_count(K) == 11:
+        residue_product[11, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+    else:
+        residue_product[12, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+
+
+def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+) raises:
+    """gemm_exact_residues_on for K whose definition takes `moduli` moduli: the planes, their products, the
+    reconstruction."""
     var bits = bits_per_side(K)
-    var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
     var b_residues = a_residues + moduli * M * padded(K)
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
-    for side in range(2):
-        var args = Args.empty()  # EXACT_RESIDUES
-        var lines = M if side == 0 else N
-        args.addresses[0] = Int64(a_residues if side == 0 else b_residues)
-        args.addresses[1] = Int64(a_exponents if side == 0 else b_exponents)
-        args.addresses[2] = Int64(Int(a) if side == 0 else Int(b))
-        args.sizes[0] = Int64(K)
-        if side == 0:
-            args.sizes[1] = Int64(1 if transpose_a else K)
-            args.sizes[2] = Int64(M if transpose_a else 1)
-        else:
-            args.sizes[1] = Int64(K if transpose_b else 1)
-            args.sizes[2] = Int64(1 if transpose_b else N)
-        args.sizes[3] = Int64(bits)
-        args.sizes[4] = Int64(lines)
-        args.sizes[5] = Int64(moduli)
-        launch_index[exact_residues](dev, lines, args)
+    # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
+    residue_planes[moduli](dev, a_residues, a_exponents, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
+    residue_planes[moduli](dev, b_residues, b_exponents, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
@@ -435,17 +500,44 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     crt.sizes[1] = Int64(N)
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
-    crt.sizes[4] = Int64(moduli)
-    crt.sizes[5] = Int64(1 if accumulate else 0)
-    launch_index[crt_round](dev, M * N, crt)
+    crt.sizes[4] = Int64(1 if accumulate else 0)
+    launch_index[crt_round[moduli]](dev, M * N, crt)
+
+
+def residue_planes[moduli: Int](
+    dev: DevicePtr, residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
+    element_stride: Int, bits: Int,
+) raises:
+    """The lines' exponents (line_exponents: a GPU warp a line where its elements are contiguous, else a thread a
+    line, so a warp's reads are contiguous either way), then their residue planes (exact_residues)."""
+    var args = Args.empty()  # LINE_EXPONENTS
+    args.addresses[0] = Int64(exponents)
+    args.addresses[1] = Int64(Int(x))
+    args.sizes[0] = Int64(length)
+    args.sizes[1] = Int64(line_stride)
+    args.sizes[2] = Int64(element_stride)
+    if element_stride == 1:
+        launch_rows[line_exponents](dev, lines, args)
+    else:
+        launch_index[whole_row[line_exponents]](dev, lines, args)
+    var planes = Args.empty()  # EXACT_RESIDUES
+    planes.addresses[0] = Int64(residues)
+    planes.addresses[1] = Int64(exponents)
+    planes.addresses[2] = Int64(Int(x))
+    planes.sizes[0] = Int64(length)
+    planes.sizes[1] = Int64(line_stride)
+    planes.sizes[2] = Int64(element_stride)
+    planes.sizes[3] = Int64(bits)
+    planes.sizes[4] = Int64(lines)
+    launch_index[exact_residues[moduli]](dev, lines * (padded(length) // RESIDUE_GROUP), planes)
 
 
 def plane_products_on_tensor_cores(
     dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
 ) raises:
-    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact), one product per (modulus,
-    chunk of k): S[m, n] = Σ_k a[m, k]·b[n, k], which in cuBLAS's column-major terms is Sᵀ = B·Aᵀ, the "TN"
-    form its int8 kernels take (line lengths padded to 16 bytes)."""
+    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one strided
+    batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms is
+    S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
     var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
     var stride = padded(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
@@ -453,18 +545,17 @@ def plane_products_on_tensor_cores(
     var zero = Int32(0)
     var alpha = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=one)))
     var beta = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=zero)))
-    for i in range(moduli):
-        for chunk in range(chunks):
-            var first = chunk * RESIDUE_CHUNK
-            var length = min(stride, first + RESIDUE_CHUNK) - first
-            var a = a_residues + i * M * stride + first
-            var b = b_residues + i * N * stride + first
-            var s = sums + 4 * (i * chunks + chunk) * M * N
-            check_cublas_error(cublasGemmEx(
-                handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int32(N), Int32(M),
-                Int32(length), alpha,
-                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int32(stride),
-                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int32(stride), beta,
-                Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int32(N),
-                ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
-            ), msg="gemm_exact: cuBLAS's int8 product")
+    for chunk in range(chunks):
+        var first = chunk * RESIDUE_CHUNK
+        var length = min(stride, first + RESIDUE_CHUNK) - first
+        var a = a_residues + first
+        var b = b_residues + first
+        var s = sums + 4 * chunk * M * N
+        check_cublas_error(cublasGemmStridedBatchedEx(
+            handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int64(N), Int64(M),
+            Int64(length), alpha,
+            Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int64(stride), Int64(N * stride),
+            Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int64(stride), Int64(M * stride),
+            beta, Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int64(N),
+            Int64(chunks * M * N), Int64(moduli), ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
+        ), msg="gemm_exact: cuBLAS's int8 products")
