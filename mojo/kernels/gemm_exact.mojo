@@ -316,8 +316,9 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
     side by side at one group, so neighbouring tasks read neighbouring floats.
 
-    |v| < 2^bits ≤ 2^43, so |v| = h·2^32 + l with h < 2^11, and |v| mod p = (l mod p + h·(2^32 mod p)) mod p
-    in 32-bit arithmetic (p ≤ 256): the same residue as the 64-bit v's, without a 64-bit division."""
+    |v| < 2^bits ≤ 2^43, so v = h·2^32 + m·2^16 + l with −2^11 ≤ h < 2^11 and 0 ≤ m, l < 2^16, and
+    v ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25): one 32-bit remainder a
+    modulus gives the residue the 64-bit v has."""
     var length = args.size(0)
     var line_stride = args.size(1)
     var step = args.size(2)
@@ -328,25 +329,24 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     var group = task % groups if step == 1 else task // lines
     var x = args.f32(2).unsafe_offset(line * line_stride)
     var e = args.i32(1).unsafe_load(line)
-    var low = SIMD[DType.uint32, RESIDUE_GROUP](0)  # |v| = high·2^32 + low
-    var high = SIMD[DType.uint32, RESIDUE_GROUP](0)
-    var negative = SIMD[DType.bool, RESIDUE_GROUP](fill=False)
+    var high = SIMD[DType.int32, RESIDUE_GROUP](0)  # v = high·2^32 + middle·2^16 + low
+    var middle = SIMD[DType.int32, RESIDUE_GROUP](0)
+    var low = SIMD[DType.int32, RESIDUE_GROUP](0)
     comptime for j in range(RESIDUE_GROUP):
         var k = group * RESIDUE_GROUP + j
         if k < length and e != NON_FINITE:
             var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-            var magnitude = UInt64(-fixed if fixed < 0 else fixed)
-            low[j] = UInt32(magnitude & 0xFFFFFFFF)
-            high[j] = UInt32(magnitude >> 32)
-            negative[j] = fixed < 0
+            high[j] = Int32(fixed >> 32)
+            middle[j] = Int32((fixed >> 16) & 0xFFFF)
+            low[j] = Int32(fixed & 0xFFFF)
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     var first = line * padded(length) + group * RESIDUE_GROUP
     comptime for i in range(moduli):
-        comptime p = UInt32(MODULI[i])
-        comptime two_to_32 = UInt32((1 << 32) % MODULI[i])
-        var r = (low % p + high * two_to_32) % p  # |v| mod p
-        r = negative.select((p - r) % p, r)  # v mod p, in [0, p)
-        var symmetric = r.cast[DType.int32]() - r.ge((p + 1) // 2).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
+        comptime p = MODULI[i]
+        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        var congruent = middle * Int32((1 << 16) % p) + low + high * Int32((1 << 32) % p) + Int32(lift)
+        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
+        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
         residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
             i * lines * padded(length) + first, symmetric.cast[DType.int8]()
         )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
@@ -388,10 +388,10 @@ def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
 
 def crt_round[moduli: Int](output: Int, args: Args):
     """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
-    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (…((r_i − v0)·p0⁻¹ − v1)·p1⁻¹ … − v_{i−1})·p_{i−1}⁻¹ mod
-    p_i, taken symmetric (|X| < P/2), then rounded as exact_products rounds it; NaN for a non-finite line.
-    Every digit step is 32-bit arithmetic (digits and moduli ≤ 256), and the radix sum stays in 64 bits until
-    it needs 128."""
+    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
+    mod p_i (the weights p0⋯p_{j−1} mod p_i known at compile time), taken symmetric (|X| < P/2), then rounded
+    as exact_products rounds it; NaN for a non-finite line. The digits take 32-bit arithmetic (each below 256,
+    each sum of products below 2^20) and the radix sum stays in 64 bits until it needs 128."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
@@ -411,11 +411,13 @@ def crt_round[moduli: Int](output: Int, args: Args):
         var residue = UInt32(0)
         for chunk in range(chunks):
             residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
-        var digit = residue % p
+        var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
         comptime for j in range(i):
-            comptime inverse = UInt32(inverse_mod(MODULI[j], MODULI[i]))  # p_j⁻¹ mod p_i
-            digit = (digit + 2 * p - digits[j]) % p * inverse % p  # v_j < p_j ≤ 256 < 2·p_i
-        digits[i] = digit
+            comptime weight = UInt32(prefix_product_mod(j, MODULI[i]))  # p0⋯p_{j−1} mod p_i
+            known += digits[j] * weight
+        comptime above_known = UInt32((1 << 20) // MODULI[i] + 1) * p
+        comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, MODULI[i]), MODULI[i]))  # (p0⋯p_{i−1})⁻¹
+        digits[i] = (residue + above_known - known) * inverse % p
     var low = UInt64(0)
     var x = UInt128(0)
     comptime for step in range(moduli):
@@ -432,6 +434,15 @@ def crt_round[moduli: Int](output: Int, args: Args):
     if args.flag(4):
         rounded_value = c.unsafe_load(output) + rounded_value
     c.unsafe_store(output, rounded_value)
+
+
+def prefix_product_mod(count: Int, p: Int) -> Int:
+    """p0·p1⋯p_{count−1} mod p, over the MODULI."""
+    var product = 1
+    comptime for j in range(len(MODULI)):
+        if j < count:
+            product = product * MODULI[j] % p
+    return product
 
 
 def modulus_product(moduli: Int) -> UInt128:
