@@ -23,7 +23,7 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, whole_row
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -305,6 +305,41 @@ def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
         args.i32(0).unsafe_store(line, exponent_of_largest(largest))
 
 
+comptime EXPONENT_BLOCK = 256  # k one partial_maxima task reads
+comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines", "")
+
+
+def partial_maxima(task: Int, args: Args):
+    """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
+    b·lines + line stores partial[task] = the largest magnitude's bits among elements [256b, 256b + 256) of
+    line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks."""
+    var length = args.size(0)
+    var step = args.size(2)
+    var lines = args.size(3)
+    var line = task % lines
+    var first = task // lines * EXPONENT_BLOCK
+    var x = args.f32(1).unsafe_offset(line * args.size(1))
+    var largest = UInt32(0)
+    for i in range(first, min(length, first + EXPONENT_BLOCK)):
+        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    args.i32(0).unsafe_store(task, Int32(largest))
+
+
+comptime EXPONENTS_OF_PARTIALS = Interface("exponents partial", "blocks lines", "")
+
+
+def exponents_of_partials(line: Int, args: Args):
+    """exponents[line] = e of line `line` from its partial maxima (partial_maxima): the same e as line_exponents
+    finds, a maximum being a maximum in any grouping."""
+    var blocks = args.size(0)
+    var lines = args.size(1)
+    var partial = args.i32(1)
+    var largest = UInt32(0)
+    for b in range(blocks):
+        largest = max(largest, UInt32(partial.unsafe_load(b * lines + line)))
+    args.i32(0).unsafe_store(line, exponent_of_largest(largest))
+
+
 comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16-byte store per modulus
 comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
 
@@ -454,11 +489,17 @@ def modulus_product(moduli: Int) -> UInt128:
     return product
 
 
+def exponent_blocks(K: Int) -> Int:
+    """How many partial maxima a transposed line of K values takes."""
+    return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
+
+
 def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
-    """Bytes of the residue form's workspace: the residue planes (int8), the exponents and the chunk sums."""
+    """Bytes of the residue form's workspace: the residue planes (int8), the exponents, the chunk sums and the
+    partial maxima of a transposed operand's lines."""
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N + 4 * max(M, N) * exponent_blocks(K)
 
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
@@ -486,9 +527,12 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
+    var partial = sums + 4 * moduli * chunks * M * N
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
-    residue_planes[moduli](dev, a_residues, a_exponents, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
-    residue_planes[moduli](dev, b_residues, b_exponents, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
+    residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
+                           M if transpose_a else 1, bits)
+    residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
+                           1 if transpose_b else N, bits)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
@@ -516,21 +560,36 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
 
 
 def residue_planes[moduli: Int](
-    dev: DevicePtr, residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
-    element_stride: Int, bits: Int,
+    dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
+    line_stride: Int, element_stride: Int, bits: Int,
 ) raises:
-    """The lines' exponents (line_exponents: a GPU warp a line where its elements are contiguous, else a thread a
-    line, so a warp's reads are contiguous either way), then their residue planes (exact_residues)."""
-    var args = Args.empty()  # LINE_EXPONENTS
-    args.addresses[0] = Int64(exponents)
-    args.addresses[1] = Int64(Int(x))
-    args.sizes[0] = Int64(length)
-    args.sizes[1] = Int64(line_stride)
-    args.sizes[2] = Int64(element_stride)
+    """The lines' exponents, then their residue planes (exact_residues). Where a line's elements are contiguous,
+    a GPU warp takes a line (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima,
+    into `partial`), then a task a line (exponents_of_partials): a warp's reads are contiguous either way."""
     if element_stride == 1:
+        var args = Args.empty()  # LINE_EXPONENTS
+        args.addresses[0] = Int64(exponents)
+        args.addresses[1] = Int64(Int(x))
+        args.sizes[0] = Int64(length)
+        args.sizes[1] = Int64(line_stride)
+        args.sizes[2] = Int64(element_stride)
         launch_rows[line_exponents](dev, lines, args)
     else:
-        launch_index[whole_row[line_exponents]](dev, lines, args)
+        var blocks = exponent_blocks(length)
+        var partials = Args.empty()  # PARTIAL_MAXIMA
+        partials.addresses[0] = Int64(partial)
+        partials.addresses[1] = Int64(Int(x))
+        partials.sizes[0] = Int64(length)
+        partials.sizes[1] = Int64(line_stride)
+        partials.sizes[2] = Int64(element_stride)
+        partials.sizes[3] = Int64(lines)
+        launch_index[partial_maxima](dev, blocks * lines, partials)
+        var maxima = Args.empty()  # EXPONENTS_OF_PARTIALS
+        maxima.addresses[0] = Int64(exponents)
+        maxima.addresses[1] = Int64(partial)
+        maxima.sizes[0] = Int64(blocks)
+        maxima.sizes[1] = Int64(lines)
+        launch_index[exponents_of_partials](dev, lines, maxima)
     var planes = Args.empty()  # EXACT_RESIDUES
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
