@@ -23,8 +23,8 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_grouped, launch_index, launch_rows
-from engine.reduction import LANES, row_stride
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows
+from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
@@ -255,12 +255,8 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
 # int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
-# turns the N residues of X into X. One product runs, in order: each operand's line exponents (line_exponents,
-# or partial_maxima then exponents_of_partials for a transposed operand), its residue planes (exact_residues),
-# the plane products (on a GPU one strided batched cuBLAS int8 GEMM a chunk of k, on the CPU residue_products),
-# and crt_round, a row of C a GPU warp. Every body is integer arithmetic the CPU runs too; none divides by
-# a runtime value or in 64 bits (remainders by the moduli take one high multiply), so each pass is cheap
-# beside the memory it moves.
+# turns the N residues of X into X. On a GPU the plane products are int8 tensor-core GEMMs; the prep and the
+# reconstruction are the bodies below, which the CPU runs too.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -348,72 +344,47 @@ comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16
 comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
 
 
-def exact_residues[moduli: Int, warp: Bool](row: Int, lane: Int, args: Args):
-    """The residue planes of x's lines (as exact_prep takes them; e from line_exponents) by groups of 16 k: the
-    symmetric residues of the fixed-point values v modulo each of the first `moduli` MODULI,
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """k values [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents): the
+    symmetric residues of their fixed-point values v modulo each of the first `moduli` MODULI,
     residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
-    zero). Row `row` is a line where its k are contiguous (its groups the columns), else a group (the lines the
-    columns), so a GPU warp's lanes, taking columns lane, lane + 32, …, read neighbouring floats."""
-    var length = args.size(0)
-    var lines = args.size(4)
-    var groups = padded(length) // RESIDUE_GROUP
-    var contiguous = args.size(2) == 1
-    for column in range(lane, groups if contiguous else lines, row_stride[warp]()):
-        if contiguous:
-            residue_group[moduli](row, column, args)
-        else:
-            residue_group[moduli](column, row, args)
-
-
-def exact_residues_whole_row[moduli: Int](row: Int, args: Args):
-    exact_residues[moduli, False](row, 0, args)
-
-
-@always_inline
-def residue_group[moduli: Int](line: Int, group: Int, args: Args):
-    """exact_residues for k in [16·group, 16·group + 16) of line `line`: one 16-byte store a modulus.
+    zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
+    side by side at one group, so neighbouring tasks read neighbouring floats.
 
     |v| < 2^bits ≤ 2^43, so v = h·2^32 + m·2^16 + l with −2^11 ≤ h < 2^11 and 0 ≤ m, l < 2^16, and
-    v + ⌊p/2⌋ ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p + ⌊p/2⌋ (mod p), a value in [0, 2^25): its
-    remainder less ⌊p/2⌋ is the symmetric residue, −⌊p/2⌋ … ⌈p/2⌉ − 1, without a 64-bit division."""
+    v ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25): one 32-bit remainder a
+    modulus gives the residue the 64-bit v has."""
     var length = args.size(0)
+    var line_stride = args.size(1)
     var step = args.size(2)
     var bits = args.size(3)
     var lines = args.size(4)
-    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var groups = padded(length) // RESIDUE_GROUP
+    var line = task // groups if step == 1 else task % lines
+    var group = task % groups if step == 1 else task // lines
+    var x = args.f32(2).unsafe_offset(line * line_stride)
     var e = args.i32(1).unsafe_load(line)
     var high = SIMD[DType.int32, RESIDUE_GROUP](0)  # v = high·2^32 + middle·2^16 + low
-    var middle = SIMD[DType.uint32, RESIDUE_GROUP](0)
-    var low = SIMD[DType.uint32, RESIDUE_GROUP](0)
+    var middle = SIMD[DType.int32, RESIDUE_GROUP](0)
+    var low = SIMD[DType.int32, RESIDUE_GROUP](0)
     comptime for j in range(RESIDUE_GROUP):
         var k = group * RESIDUE_GROUP + j
         if k < length and e != NON_FINITE:
             var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
             high[j] = Int32(fixed >> 32)
-            middle[j] = UInt32((fixed >> 16) & 0xFFFF)
-            low[j] = UInt32(fixed & 0xFFFF)
+            middle[j] = Int32((fixed >> 16) & 0xFFFF)
+            low[j] = Int32(fixed & 0xFFFF)
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     var first = line * padded(length) + group * RESIDUE_GROUP
     comptime for i in range(moduli):
         comptime p = MODULI[i]
-        comptime half = p // 2
-        comptime lift = UInt32((p << 11) + half)  # p·2^11 is above |high·(2^32 mod p)|
-        var congruent = middle * UInt32((1 << 16) % p) + low + (high * Int32((1 << 32) % p)).cast[DType.uint32]() + lift
-        var symmetric = remainder[p](congruent) - Int32(half)
+        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        var congruent = middle * Int32((1 << 16) % p) + low + high * Int32((1 << 32) % p) + Int32(lift)
+        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
+        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
         residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
             i * lines * padded(length) + first, symmetric.cast[DType.int8]()
-        )
-
-
-@always_inline
-def remainder[p: Int, w: SIMDLength](x: SIMD[DType.uint32, w]) -> SIMD[DType.int32, w]:
-    """x mod p for any 32-bit x, p ≤ 256, by one high multiply: with m = ⌈2^32/p⌉ = (2^32 + δ)/p (0 ≤ δ < p),
-    q = ⌊x·m/2^32⌋ lies between ⌊x/p⌋ and ⌊x/p + x/2^32⌋ ≤ ⌊x/p⌋ + 1, so x − q·p lies in [−p, p) and one
-    correction gives the remainder."""
-    comptime m = UInt64(((1 << 32) + p - 1) // p)
-    var q = ((x.cast[DType.uint64]() * m) >> 32).cast[DType.uint32]()
-    var t = (x - q * UInt32(p)).cast[DType.int32]()
-    return t + t.lt(0).select(SIMD[DType.int32, w](Int32(p)), 0)
+        )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -450,10 +421,9 @@ def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
     return product < UInt128(1) << 64
 
 
-def crt_round[moduli: Int, warp: Bool](row: Int, lane: Int, args: Args):
-    """Row `row` of C (a GPU warp's lane takes columns lane, lane + 32, …; one caller takes them all): each
-    output's X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed radix,
-    X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
+def crt_round[moduli: Int](output: Int, args: Args):
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
+    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
     mod p_i (the weights p0⋯p_{j−1} mod p_i known at compile time), taken symmetric (|X| < P/2), then rounded
     as exact_products rounds it; NaN for a non-finite line. The digits take 32-bit arithmetic (each below 256,
     each sum of products below 2^20) and the radix sum stays in 64 bits until it needs 128."""
@@ -462,50 +432,43 @@ def crt_round[moduli: Int, warp: Bool](row: Int, lane: Int, args: Args):
     var K = args.size(2)
     var bits = args.size(3)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var c = args.f32(0).unsafe_offset(row * N)
-    var sums = args.i32(1).unsafe_offset(row * N)
-    var e = args.i32(2).unsafe_load(row)
-    var b_exponents = args.i32(3)
-    for column in range(lane, N, row_stride[warp]()):
-        var f = b_exponents.unsafe_load(column)
-        if e == NON_FINITE or f == NON_FINITE:
-            c.unsafe_store(column, bitcast[DType.float32](CANONICAL_NAN))
-            continue
-        var digits = SIMD[DType.uint32, 16](0)
-        comptime for i in range(moduli):
-            comptime p = MODULI[i]
-            comptime lift = UInt32((1 << 30) // p + 1) * UInt32(p)  # a multiple of p above |sum| ≤ 2^30
-            var residue = UInt32(0)
-            for chunk in range(chunks):
-                var sum = sums.unsafe_load((i * chunks + chunk) * M * N + column)
-                residue += UInt32(remainder[p](UInt32(sum) + lift))
-            var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
-            comptime for j in range(i):
-                comptime weight = UInt32(prefix_product_mod(j, p))  # p0⋯p_{j−1} mod p_i
-                known += digits[j] * weight
-            comptime above_known = UInt32((1 << 20) // p + 1) * UInt32(p)
-            comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, p), p))  # (p0⋯p_{i−1})⁻¹ mod p_i
-            digits[i] = UInt32(remainder[p]((residue + above_known - known) * inverse))
-        var low = UInt64(0)
-        var x = UInt128(0)
-        comptime for step in range(moduli):
-            comptime i = moduli - 1 - step
-            comptime if radix_fits_64_bits(moduli, i):
-                low = low * UInt64(MODULI[i]) + UInt64(digits[i])
-            else:
-                comptime if radix_fits_64_bits(moduli, i + 1):
-                    x = UInt128(low)
-                x = x * UInt128(MODULI[i]) + UInt128(digits[i])
-        comptime product = modulus_product(moduli)
-        var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
-        var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-        if args.flag(4):
-            rounded_value = c.unsafe_load(column) + rounded_value
-        c.unsafe_store(column, rounded_value)
-
-
-def crt_round_whole_row[moduli: Int](row: Int, args: Args):
-    crt_round[moduli, False](row, 0, args)
+    var c = args.f32(0)
+    var e = args.i32(2).unsafe_load(output // N)
+    var f = args.i32(3).unsafe_load(output % N)
+    if e == NON_FINITE or f == NON_FINITE:
+        c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
+        return
+    var sums = args.i32(1)
+    var digits = SIMD[DType.uint32, 16](0)
+    comptime for i in range(moduli):
+        comptime p = UInt32(MODULI[i])
+        comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
+        var residue = UInt32(0)
+        for chunk in range(chunks):
+            residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
+        var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
+        comptime for j in range(i):
+            comptime weight = UInt32(prefix_product_mod(j, MODULI[i]))  # p0⋯p_{j−1} mod p_i
+            known += digits[j] * weight
+        comptime above_known = UInt32((1 << 20) // MODULI[i] + 1) * p
+        comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, MODULI[i]), MODULI[i]))  # (p0⋯p_{i−1})⁻¹
+        digits[i] = (residue + above_known - known) * inverse % p
+    var low = UInt64(0)
+    var x = UInt128(0)
+    comptime for step in range(moduli):
+        comptime i = moduli - 1 - step
+        comptime if radix_fits_64_bits(moduli, i):
+            low = low * UInt64(MODULI[i]) + UInt64(digits[i])
+        else:
+            comptime if radix_fits_64_bits(moduli, i + 1):
+                x = UInt128(low)
+            x = x * UInt128(MODULI[i]) + UInt128(digits[i])
+    comptime product = modulus_product(moduli)
+    var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
+    var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
+    if args.flag(4):
+        rounded_value = c.unsafe_load(output) + rounded_value
+    c.unsafe_store(output, rounded_value)
 
 
 def prefix_product_mod(count: Int, p: Int) -> Int:
@@ -593,7 +556,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
     crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_grouped[LANES, crt_round[moduli, True], crt_round_whole_row[moduli]](dev, M, crt)
+    launch_index[crt_round[moduli]](dev, M * N, crt)
 
 
 def residue_planes[moduli: Int](
@@ -636,8 +599,7 @@ def residue_planes[moduli: Int](
     planes.sizes[2] = Int64(element_stride)
     planes.sizes[3] = Int64(bits)
     planes.sizes[4] = Int64(lines)
-    var rows = lines if element_stride == 1 else padded(length) // RESIDUE_GROUP
-    launch_grouped[LANES, exact_residues[moduli, True], exact_residues_whole_row[moduli]](dev, rows, planes)
+    launch_index[exact_residues[moduli]](dev, lines * (padded(length) // RESIDUE_GROUP), planes)
 
 
 def plane_products_on_tensor_cores(
