@@ -255,8 +255,11 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
 # int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
-# turns the N residues of X into X. On a GPU the plane products are int8 tensor-core GEMMs; the prep and the
-# reconstruction are the bodies below, which the CPU runs too.
+# turns the N residues of X into X. One product runs, in order: each operand's line exponents (line_exponents,
+# a GPU warp a line, or for a transposed operand partial_maxima then exponents_of_partials), its residue
+# planes (exact_residues, a task a line and group of 16 k), the plane products (on a GPU one strided batched
+# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
+# integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
