@@ -1,12 +1,14 @@
 """GEMM throughput, measured in the same run as its peers. Identical mode: the engine's fp32 GEMM against
 PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU): the engine's bf16
 tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
-to bf16 (as under autocast) and without them. Figure: bench/RESULTS.md."""
+to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue form (and the limb form where
+affordable) against PyTorch fp32 (TF32 off) and the identical fma GEMM at the same shapes; `--exact-only` runs
+these rows alone. Figure: bench/RESULTS.md."""
 
 import numpy as np
 
 import uform
-from common import arguments, median_seconds, write_results
+from common import median_seconds, parser, write_results
 from uform import kernels as K
 
 
@@ -62,6 +64,49 @@ def fast_rows(shapes):
     return rows
 
 
+# The exact GEMM's shapes: m, n, k and whether A is stored transposed (k×m, a weight gradient's layout).
+EXACT_SHAPES = [(4096, 4096, 4096, False), (8192, 8192, 8192, False), (65536, 768, 768, False),
+                (65536, 3072, 768, False), (65536, 768, 3072, False), (768, 768, 65536, True)]
+LIMB_FORM_MAX_FLOPS = 2 * 4096**3  # the limb form (SIMT, about 0.2 TFLOP/s) is timed up to this much work
+
+
+def exact_rows(shapes):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    device = uform.Device.gpu(0)
+    rows = []
+    for m, n, k, transpose_a in shapes:
+        rng = np.random.default_rng(m + n + k)
+        a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
+        flops = 2 * m * n * k / 1e12
+
+        def exact(residues):
+            return lambda: K.gemm_exact(cb, ab, bb, m, n, k, transpose_a=transpose_a, residues=residues)
+
+        residues = median_seconds(exact(True), device.synchronize, repeats=5)
+        row = {"device": "gpu", "mode": "exact", "m": m, "n": n, "k": k, "transpose_a": transpose_a,
+               "exact_residues_tflops": round(flops / residues, 2)}
+        if 2 * m * n * k <= LIMB_FORM_MAX_FLOPS:
+            residue_bits = cb.numpy().view(np.uint32).copy()
+            row["exact_limbs_tflops"] = round(flops / median_seconds(exact(False), device.synchronize, warmup=1,
+                                                                     repeats=3), 2)
+            row["forms_same_bits"] = bool(np.array_equal(residue_bits, cb.numpy().view(np.uint32)))
+        fma = median_seconds(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize,
+                             repeats=5)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        torch_a = ta.T if transpose_a else ta
+        theirs = median_seconds(lambda: torch.matmul(torch_a, tb), torch.cuda.synchronize, repeats=5)
+        row.update({"uform_fma_tflops": round(flops / fma, 2), "torch_fp32_tflops": round(flops / theirs, 2),
+                    "ratio": round(theirs / residues, 3)})
+        rows.append(row)
+        del ab, bb, cb, ta, tb, torch_a
+    return rows
+
+
 def cpu_rows(sizes):
     device = uform.Device.cpu()
     rows = []
@@ -75,9 +120,15 @@ def cpu_rows(sizes):
 
 
 def main():
-    args = arguments(__doc__)
+    options = parser(__doc__)
+    options.add_argument("--exact-only", action="store_true", help="the exact GEMM's rows alone (GPU)")
+    args = options.parse_args()
+    if args.exact_only:
+        write_results(args.out, "gemm_exact", exact_rows(EXACT_SHAPES[:1] if args.quick else EXACT_SHAPES))
+        return
     rows = cpu_rows([256, 512] if args.quick else [512, 1024, 2048])
     if uform.gpu_count() > 0:
+        rows += exact_rows(EXACT_SHAPES[:1] if args.quick else EXACT_SHAPES)
         rows += gpu_rows([1024] if args.quick else [4096, 8192])
         rows += fast_rows([(1024, 1024, 1024)] if args.quick else
                           [(4096, 4096, 4096), (8192, 8192, 8192), (65536, 768, 768), (65536, 3072, 768),

@@ -227,10 +227,10 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
 
 
 def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool = False,
-                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0):
-    """The exact GEMM against its definition (uform.reference.exact_gemm): equal values, a relative error of 0
-    (tests/test_kernels.py compares their bits). Values of a wide range (GEMMul8's draws), a zero row, a zero
-    column, and subnormal inputs."""
+                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0, residues: bool = False):
+    """The exact GEMM (its limb form, or with `residues` its residue form) against its definition
+    (uform.reference.exact_gemm): equal values, a relative error of 0 (tests/test_kernels.py compares their
+    bits). Values of a wide range (GEMMul8's draws), a zero row, a zero column, and subnormal inputs."""
     rng = rng_for(seed)
     a = ((rng.random((m, k)) - 0.5) * np.exp(spread * rng.standard_normal((m, k)))).astype(np.float32)
     b = ((rng.random((k, n)) - 0.5) * np.exp(spread * rng.standard_normal((k, n)))).astype(np.float32)
@@ -242,7 +242,7 @@ def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, tra
     stored_b = np.ascontiguousarray(b.T) if transpose_b else b
     cb = device.put(c0)
     K.gemm_exact(cb, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=transpose_a,
-                 transpose_b=transpose_b, accumulate=accumulate)
+                 transpose_b=transpose_b, accumulate=accumulate, residues=residues)
     expected = exact_gemm.exact_gemm(a, b)
     if accumulate:
         expected = c0 + expected  # one float32 addition
@@ -646,9 +646,11 @@ def all_cases():
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
     for m, n, k, ta, tb, acc, spread in ((1, 1, 1, False, False, False, 1.0), (7, 5, 33, False, False, True, 2.0),
                                          (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
-                                         (4, 3, 5000, False, False, False, 1.0)):
-        cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}", case_gemm_exact,
-                      dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, spread=spread)))
+                                         (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0)):
+        for residues in (False, True):
+            cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-residues{int(residues)}",
+                          case_gemm_exact, dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc,
+                                                spread=spread, residues=residues)))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
     for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):

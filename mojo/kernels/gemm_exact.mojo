@@ -23,10 +23,12 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows
+from engine.reduction import row_stride
+from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
-from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmEx, cublasOperation_t
+from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
 
@@ -82,6 +84,12 @@ def line_exponent(x: F32Ptr, length: Int, step: Int) -> Int32:
     for i in range(length):
         var magnitude = bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF
         largest = max(largest, magnitude)  # float32 magnitudes order as their bit patterns do
+    return exponent_of_largest(largest)
+
+
+@always_inline
+def exponent_of_largest(largest: UInt32) -> Int32:
+    """e of a line from the bits of its largest magnitude: 0 when zero, NON_FINITE for an infinity or a NaN."""
     if largest >= 0x7F800000:
         return NON_FINITE
     return Int32(0 if largest == 0 else significand_bits(largest) + binade(largest))
@@ -247,8 +255,11 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
 # int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
-# turns the N residues of X into X. On a GPU the plane products are int8 tensor-core GEMMs; the prep and the
-# reconstruction are the bodies below, which the CPU runs too.
+# turns the N residues of X into X. One product runs, in order: each operand's line exponents (line_exponents,
+# a GPU warp a line, or for a transposed operand partial_maxima then exponents_of_partials), its residue
+# planes (exact_residues, a task a line and group of 16 k), the plane products (on a GPU one strided batched
+# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
+# integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -277,34 +288,106 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
-comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines moduli", "")
+comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
 
 
-def exact_residues(line: Int, args: Args):
-    """Line `line` of x, as exact_prep takes it: its exponent, and the symmetric residues of its fixed-point
-    values modulo each of the first `moduli` MODULI, residues[(i·lines + line)·padded(length) + k] (int8; the
-    padding, and every residue of a non-finite line, zero)."""
+def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
+    """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
+    caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
+    shuffles (a maximum of bit patterns, so any order gives the same e)."""
     var length = args.size(0)
-    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var x = args.f32(1).unsafe_offset(line * args.size(1))
+    var step = args.size(2)
+    var largest = UInt32(0)
+    for i in range(lane, length, row_stride[warp]()):
+        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    comptime if warp:
+        comptime for level in range(5):
+            largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
+    if lane == 0:
+        args.i32(0).unsafe_store(line, exponent_of_largest(largest))
+
+
+comptime EXPONENT_BLOCK = 256  # k one partial_maxima task reads
+comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines", "")
+
+
+def partial_maxima(task: Int, args: Args):
+    """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
+    b·lines + line stores partial[task] = the largest magnitude's bits among elements [256b, 256b + 256) of
+    line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks."""
+    var length = args.size(0)
+    var step = args.size(2)
+    var lines = args.size(3)
+    var line = task % lines
+    var first = task // lines * EXPONENT_BLOCK
+    var x = args.f32(1).unsafe_offset(line * args.size(1))
+    var largest = UInt32(0)
+    for i in range(first, min(length, first + EXPONENT_BLOCK)):
+        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    args.i32(0).unsafe_store(task, Int32(largest))
+
+
+comptime EXPONENTS_OF_PARTIALS = Interface("exponents partial", "blocks lines", "")
+
+
+def exponents_of_partials(line: Int, args: Args):
+    """exponents[line] = e of line `line` from its partial maxima (partial_maxima): the same e as line_exponents
+    finds, a maximum being a maximum in any grouping."""
+    var blocks = args.size(0)
+    var lines = args.size(1)
+    var partial = args.i32(1)
+    var largest = UInt32(0)
+    for b in range(blocks):
+        largest = max(largest, UInt32(partial.unsafe_load(b * lines + line)))
+    args.i32(0).unsafe_store(line, exponent_of_largest(largest))
+
+
+comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16-byte store per modulus
+comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
+
+
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """k values [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents): the
+    symmetric residues of their fixed-point values v modulo each of the first `moduli` MODULI,
+    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
+    zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
+    side by side at one group, so neighbouring tasks read neighbouring floats.
+
+    |v| < 2^bits ≤ 2^43, so v = h·2^32 + m·2^16 + l with −2^11 ≤ h < 2^11 and 0 ≤ m, l < 2^16, and
+    v ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25): one 32-bit remainder a
+    modulus gives the residue the 64-bit v has."""
+    var length = args.size(0)
+    var line_stride = args.size(1)
     var step = args.size(2)
     var bits = args.size(3)
     var lines = args.size(4)
-    var moduli = args.size(5)
-    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
-    var stride = padded(length)
-    var e = line_exponent(x, length, step)
-    args.i32(1).unsafe_store(line, e)
-    for k in range(stride):
-        var fixed = Int64(0)
+    var groups = padded(length) // RESIDUE_GROUP
+    var line = task // groups if step == 1 else task % lines
+    var group = task % groups if step == 1 else task // lines
+    var x = args.f32(2).unsafe_offset(line * line_stride)
+    var e = args.i32(1).unsafe_load(line)
+    var high = SIMD[DType.int32, RESIDUE_GROUP](0)  # v = high·2^32 + middle·2^16 + low
+    var middle = SIMD[DType.int32, RESIDUE_GROUP](0)
+    var low = SIMD[DType.int32, RESIDUE_GROUP](0)
+    comptime for j in range(RESIDUE_GROUP):
+        var k = group * RESIDUE_GROUP + j
         if k < length and e != NON_FINITE:
-            fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-        comptime for i in range(len(MODULI)):
-            comptime p = MODULI[i]
-            if i < moduli:
-                var r = Int(fixed % Int64(p))
-                r = r + p if r < 0 else r
-                r = r - p if r >= (p + 1) // 2 else r  # symmetric: −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
-                residues.unsafe_store((i * lines + line) * stride + k, Int8(r))
+            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+            high[j] = Int32(fixed >> 32)
+            middle[j] = Int32((fixed >> 16) & 0xFFFF)
+            low[j] = Int32(fixed & 0xFFFF)
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    var first = line * padded(length) + group * RESIDUE_GROUP
+    comptime for i in range(moduli):
+        comptime p = MODULI[i]
+        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        var congruent = middle * Int32((1 << 16) % p) + low + high * Int32((1 << 32) % p) + Int32(lift)
+        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
+        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
+        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+            i * lines * padded(length) + first, symmetric.cast[DType.int8]()
+        )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -328,18 +411,29 @@ def residue_products(task: Int, args: Args):
     args.i32(0).unsafe_store(task, total)
 
 
-comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits moduli accumulate", "")
+comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
 
 
-def crt_round(output: Int, args: Args):
-    """Output (m, n): X from its residues (the chunk sums of each plane product, modulo its prime) by Garner's
-    mixed radix, X = v0 + p0·(v1 + p1·(v2 + …)), taken symmetric (|X| < P/2), then rounded as exact_products
-    rounds it; NaN for a non-finite line."""
+def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
+    """Whether Π_{j ≥ i} p_j (over the first `moduli` MODULI) is below 2^64: then Garner's value from digit i
+    up, which lies below that product, fits in 64 bits."""
+    var product = UInt128(1)
+    comptime for j in range(len(MODULI)):
+        if i <= j < moduli:
+            product *= UInt128(MODULI[j])
+    return product < UInt128(1) << 64
+
+
+def crt_round[moduli: Int](output: Int, args: Args):
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
+    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
+    mod p_i (the weights p0⋯p_{j−1} mod p_i known at compile time), taken symmetric (|X| < P/2), then rounded
+    as exact_products rounds it; NaN for a non-finite line. The digits take 32-bit arithmetic (each below 256,
+    each sum of products below 2^20) and the radix sum stays in 64 bits until it needs 128."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
     var bits = args.size(3)
-    var moduli = args.size(4)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var c = args.f32(0)
     var e = args.i32(2).unsafe_load(output // N)
@@ -348,37 +442,67 @@ def crt_round(output: Int, args: Args):
         c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
         return
     var sums = args.i32(1)
-    var digits = SIMD[DType.int64, 16](0)  # Garner's mixed-radix digits v_i, each in [0, p_i)
-    comptime for i in range(len(MODULI)):
-        comptime p = Int64(MODULI[i])
-        if i < moduli:
-            var residue = Int64(0)
-            for chunk in range(chunks):
-                residue += Int64(sums.unsafe_load((i * chunks + chunk) * M * N + output))
-            var digit = residue % p
-            comptime for j in range(i):
-                comptime inverse = Int64(inverse_mod(MODULI[j], MODULI[i]))  # p_j⁻¹ mod p_i
-                digit = (digit - digits[j]) % p * inverse % p
-            digits[i] = digit + p if digit < 0 else digit
+    var digits = SIMD[DType.uint32, 16](0)
+    comptime for i in range(moduli):
+        comptime p = UInt32(MODULI[i])
+        comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
+        var residue = UInt32(0)
+        for chunk in range(chunks):
+            residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
+        var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
+        comptime for j in range(i):
+            comptime weight = UInt32(prefix_product_mod(j, MODULI[i]))  # p0⋯p_{j−1} mod p_i
+            known += digits[j] * weight
+        comptime above_known = UInt32((1 << 20) // MODULI[i] + 1) * p
+        comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, MODULI[i]), MODULI[i]))  # (p0⋯p_{i−1})⁻¹
+        digits[i] = (residue + above_known - known) * inverse % p
+    var low = UInt64(0)
     var x = UInt128(0)
-    var product = UInt128(1)
-    comptime for step in range(len(MODULI)):
-        comptime i = len(MODULI) - 1 - step
-        if i < moduli:
+    comptime for step in range(moduli):
+        comptime i = moduli - 1 - step
+        comptime if radix_fits_64_bits(moduli, i):
+            low = low * UInt64(MODULI[i]) + UInt64(digits[i])
+        else:
+            comptime if radix_fits_64_bits(moduli, i + 1):
+                x = UInt128(low)
             x = x * UInt128(MODULI[i]) + UInt128(digits[i])
-            product *= UInt128(MODULI[i])
+    comptime product = modulus_product(moduli)
     var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
     var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-    if args.flag(5):
+    if args.flag(4):
         rounded_value = c.unsafe_load(output) + rounded_value
     c.unsafe_store(output, rounded_value)
 
 
+def prefix_product_mod(count: Int, p: Int) -> Int:
+    """p0·p1⋯p_{count−1} mod p, over the MODULI."""
+    var product = 1
+    comptime for j in range(len(MODULI)):
+        if j < count:
+            product = product * MODULI[j] % p
+    return product
+
+
+def modulus_product(moduli: Int) -> UInt128:
+    """P, the product of the first `moduli` MODULI."""
+    var product = UInt128(1)
+    comptime for i in range(len(MODULI)):
+        if i < moduli:
+            product *= UInt128(MODULI[i])
+    return product
+
+
+def exponent_blocks(K: Int) -> Int:
+    """How many partial maxima a transposed line of K values takes."""
+    return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
+
+
 def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
-    """Bytes of the residue form's workspace: the residue planes (int8), the exponents and the chunk sums."""
+    """Bytes of the residue form's workspace: the residue planes (int8), the exponents, the chunk sums and the
+    partial maxima of a transposed operand's lines."""
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N + 4 * max(M, N) * exponent_blocks(K)
 
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
@@ -388,31 +512,30 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     residue_workspace_bytes(M, N, K)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
+    if moduli_count(K) == 11:
+        residue_product[11, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+    else:
+        residue_product[12, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+
+
+def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+) raises:
+    """gemm_exact_residues_on for K whose definition takes `moduli` moduli: the planes, their products, the
+    reconstruction."""
     var bits = bits_per_side(K)
-    var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
     var b_residues = a_residues + moduli * M * padded(K)
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
-    for side in range(2):
-        var args = Args.empty()  # EXACT_RESIDUES
-        var lines = M if side == 0 else N
-        args.addresses[0] = Int64(a_residues if side == 0 else b_residues)
-        args.addresses[1] = Int64(a_exponents if side == 0 else b_exponents)
-        args.addresses[2] = Int64(Int(a) if side == 0 else Int(b))
-        args.sizes[0] = Int64(K)
-        if side == 0:
-            args.sizes[1] = Int64(1 if transpose_a else K)
-            args.sizes[2] = Int64(M if transpose_a else 1)
-        else:
-            args.sizes[1] = Int64(K if transpose_b else 1)
-            args.sizes[2] = Int64(1 if transpose_b else N)
-        args.sizes[3] = Int64(bits)
-        args.sizes[4] = Int64(lines)
-        args.sizes[5] = Int64(moduli)
-        launch_index[exact_residues](dev, lines, args)
+    var partial = sums + 4 * moduli * chunks * M * N
+    # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
+    residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
+                           M if transpose_a else 1, bits)
+    residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
+                           1 if transpose_b else N, bits)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
@@ -435,17 +558,59 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     crt.sizes[1] = Int64(N)
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
-    crt.sizes[4] = Int64(moduli)
-    crt.sizes[5] = Int64(1 if accumulate else 0)
-    launch_index[crt_round](dev, M * N, crt)
+    crt.sizes[4] = Int64(1 if accumulate else 0)
+    launch_index[crt_round[moduli]](dev, M * N, crt)
+
+
+def residue_planes[moduli: Int](
+    dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
+    line_stride: Int, element_stride: Int, bits: Int,
+) raises:
+    """The lines' exponents, then their residue planes (exact_residues). Where a line's elements are contiguous,
+    a GPU warp takes a line (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima,
+    into `partial`), then a task a line (exponents_of_partials): a warp's reads are contiguous either way."""
+    if element_stride == 1:
+        var args = Args.empty()  # LINE_EXPONENTS
+        args.addresses[0] = Int64(exponents)
+        args.addresses[1] = Int64(Int(x))
+        args.sizes[0] = Int64(length)
+        args.sizes[1] = Int64(line_stride)
+        args.sizes[2] = Int64(element_stride)
+        launch_rows[line_exponents](dev, lines, args)
+    else:
+        var blocks = exponent_blocks(length)
+        var partials = Args.empty()  # PARTIAL_MAXIMA
+        partials.addresses[0] = Int64(partial)
+        partials.addresses[1] = Int64(Int(x))
+        partials.sizes[0] = Int64(length)
+        partials.sizes[1] = Int64(line_stride)
+        partials.sizes[2] = Int64(element_stride)
+        partials.sizes[3] = Int64(lines)
+        launch_index[partial_maxima](dev, blocks * lines, partials)
+        var maxima = Args.empty()  # EXPONENTS_OF_PARTIALS
+        maxima.addresses[0] = Int64(exponents)
+        maxima.addresses[1] = Int64(partial)
+        maxima.sizes[0] = Int64(blocks)
+        maxima.sizes[1] = Int64(lines)
+        launch_index[exponents_of_partials](dev, lines, maxima)
+    var planes = Args.empty()  # EXACT_RESIDUES
+    planes.addresses[0] = Int64(residues)
+    planes.addresses[1] = Int64(exponents)
+    planes.addresses[2] = Int64(Int(x))
+    planes.sizes[0] = Int64(length)
+    planes.sizes[1] = Int64(line_stride)
+    planes.sizes[2] = Int64(element_stride)
+    planes.sizes[3] = Int64(bits)
+    planes.sizes[4] = Int64(lines)
+    launch_index[exact_residues[moduli]](dev, lines * (padded(length) // RESIDUE_GROUP), planes)
 
 
 def plane_products_on_tensor_cores(
     dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
 ) raises:
-    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact), one product per (modulus,
-    chunk of k): S[m, n] = Σ_k a[m, k]·b[n, k], which in cuBLAS's column-major terms is Sᵀ = B·Aᵀ, the "TN"
-    form its int8 kernels take (line lengths padded to 16 bytes)."""
+    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one strided
+    batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms is
+    S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
     var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
     var stride = padded(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
@@ -453,18 +618,17 @@ def plane_products_on_tensor_cores(
     var zero = Int32(0)
     var alpha = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=one)))
     var beta = Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=Int(UnsafePointer(to=zero)))
-    for i in range(moduli):
-        for chunk in range(chunks):
-            var first = chunk * RESIDUE_CHUNK
-            var length = min(stride, first + RESIDUE_CHUNK) - first
-            var a = a_residues + i * M * stride + first
-            var b = b_residues + i * N * stride + first
-            var s = sums + 4 * (i * chunks + chunk) * M * N
-            check_cublas_error(cublasGemmEx(
-                handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int32(N), Int32(M),
-                Int32(length), alpha,
-                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int32(stride),
-                Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int32(stride), beta,
-                Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int32(N),
-                ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
-            ), msg="gemm_exact: cuBLAS's int8 product")
+    for chunk in range(chunks):
+        var first = chunk * RESIDUE_CHUNK
+        var length = min(stride, first + RESIDUE_CHUNK) - first
+        var a = a_residues + first
+        var b = b_residues + first
+        var s = sums + 4 * chunk * M * N
+        check_cublas_error(cublasGemmStridedBatchedEx(
+            handle, cublasOperation_t.CUBLAS_OP_T, cublasOperation_t.CUBLAS_OP_N, Int64(N), Int64(M),
+            Int64(length), alpha,
+            Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=b), DataType.R_8I, Int64(stride), Int64(N * stride),
+            Pointer[NoneType, ImmutAnyOrigin](unsafe_from_address=a), DataType.R_8I, Int64(stride), Int64(M * stride),
+            beta, Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int64(N),
+            Int64(chunks * M * N), Int64(moduli), ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
+        ), msg="gemm_exact: cuBLAS's int8 products")
