@@ -369,7 +369,8 @@ class EncoderBuffers:
     y: Buffer
     rstd: Buffer
     dy: Buffer
-    embedding_partials: Buffer | None  # (rows, vocabulary, hidden): each packed row's embedding gradient (training)
+    embedding_partials: Buffer | None  # (rows, vocabulary, hidden): each packed row's embedding gradient (identical
+    # mode's training)
     masked: CrossEntropyHead | None
     contrastive: ContrastiveBuffers | None
     media: MediaBuffers | None
@@ -385,8 +386,11 @@ class EncoderModel(ResidentState):
         self.widths = widths
         self.layer_weights = layer_tensors(self.weights, geometry.depth)
         self.layer_grads = layer_tensors(self.weight_grads, geometry.depth) if training else None
+        # Identical mode sums over tokens a packed row at a time (the row tree: docs/mesh.md); fast mode, which
+        # depends on the split anyway, keeps the canonical chunks, which a GPU runs faster.
+        self.row_length = 0 if self.fast else geometry.max_columns
         self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns, fast=self.fast,
-                                      row_length=geometry.max_columns)
+                                      row_length=self.row_length)
         self._buffers = RecentCache(self._allocate)
         self._pooling = RecentCache(self._allocate_pooling)
         self._late = RecentCache(lambda key: LateBuffers.allocate(self.device, *key, geometry.hidden,
@@ -419,7 +423,8 @@ class EncoderModel(ResidentState):
             tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES, rows=rows),
             token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
             dy=d.empty((n, g.hidden)),
-            embedding_partials=d.empty((rows, VOCABULARY_SIZE, g.hidden)) if self.training else None,
+            embedding_partials=d.empty((rows, VOCABULARY_SIZE, g.hidden)) if self.training and self.row_length
+            else None,
             masked=masked, contrastive=contrastive, media=media)
 
     def _forward(self, batch: StepBatch) -> tuple[EncoderBuffers, Buffer]:
@@ -521,7 +526,7 @@ class EncoderModel(ResidentState):
             if not dy_written:
                 K.fill(buffers.dy, 0.0)
             work = self.stack.buffers(n).work
-            rows = g.max_columns  # the packed rows' length: every sum over tokens takes a row at a time
+            rows = self.row_length
             K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
             K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial,
                          row_length=rows)
@@ -625,7 +630,7 @@ class EncoderModel(ResidentState):
         head.score(batch.targets, grad_scale=scale, with_gradient=with_gradient)
         if with_gradient:
             head.backward(self.weight_grads["masked_head"], buffers.dy, buffers.y, self.weights["masked_head"],
-                          row_length=self.geometry.max_columns)
+                          row_length=self.row_length)
         return head.losses, with_gradient
 
     def _pool_local(self, buffers: EncoderBuffers, batch: StepBatch) -> np.ndarray:
