@@ -4,7 +4,9 @@ device memory. --numerics identical (default): PyTorch in fp32 with TF32 off. --
 mode against PyTorch under torch.autocast(bfloat16), eager and with its loss under torch.compile (default
 mode; a compile that fails is recorded with its error), with the model FLOP utilisation of each (the FLOPs of
 the blocks' GEMMs and of attention over the packed spans, forward and backward: 3× the forward's, against
-the H200's 790 TFLOP/s dense bf16). Figure: bench/RESULTS.md."""
+the H200's 790 TFLOP/s dense bf16). uform's step is timed twice: blocking (the host packs and corrupts the
+batch, then the device runs it) and pipelined (two deferred steps in flight, so the next batch is prepared while
+the device runs: ``pipelined_seconds``). Figure: bench/RESULTS.md."""
 
 import sysconfig
 import time
@@ -64,6 +66,7 @@ def main():
         trainer.step(modalities, items, relations=relations, stats=stats)
 
     seconds = median_seconds(ours, device.synchronize, warmup=1, repeats=3)  # buffers are made on the first step
+    pipelined = pipelined_seconds(trainer, executor, modalities, items, relations, stats)
     with uform.kernels.profile() as kernels:
         ours()
     breakdown = sorted(((name, calls, seconds) for name, (calls, seconds) in kernels.items()), key=lambda r: -r[2])
@@ -72,7 +75,8 @@ def main():
     flops = step_flops(trainer.run, packed.segment_length, int(np.count_nonzero(packed.segment_ids >= 0)))
     row = {"geometry": g, "numerics": args.numerics, "packed_tokens": int(np.count_nonzero(packed.segment_ids >= 0)),
         "model_tflop_per_step": round(flops / 1e12, 2),
-        "uform_seconds_per_step": round(seconds, 3), "uform_mfu": round(flops / seconds / H200_BF16_FLOPS, 3),
+        "uform_seconds_per_step": round(seconds, 3), "uform_pipelined_seconds_per_step": round(pipelined, 3),
+        "uform_mfu": round(flops / seconds / H200_BF16_FLOPS, 3),
         "uform_positions_per_s": round(positions / seconds, 1),
         "uform_peak_bytes": device.peak_bytes,
         "uform_kernel_seconds": {name: [calls, round(seconds, 4)] for name, calls, seconds in breakdown}}
@@ -81,6 +85,7 @@ def main():
         row.update(torch_peer(trainer, items, relations, g, positions, autocast=fast))
         row["torch_mfu"] = round(flops / row["torch_seconds_per_step"] / H200_BF16_FLOPS, 3)
         row["ratio"] = round(row["torch_seconds_per_step"] / seconds, 3)
+        row["pipelined_ratio"] = round(row["torch_seconds_per_step"] / pipelined, 3)
         if fast and not args.no_compile:
             try:
                 compiled = torch_peer(trainer, items, relations, g, positions, autocast=True, compile=True)
@@ -90,7 +95,32 @@ def main():
                 row.update({f"torch_compile_{key[len('torch_'):]}": value for key, value in compiled.items()})
                 row["torch_compile_mfu"] = round(flops / compiled["torch_seconds_per_step"] / H200_BF16_FLOPS, 3)
                 row["ratio_to_compile"] = round(compiled["torch_seconds_per_step"] / seconds, 3)
+                row["pipelined_ratio_to_compile"] = round(compiled["torch_seconds_per_step"] / pipelined, 3)
     write_results(args.out, "encoder", [row])
+
+
+def pipelined_seconds(trainer, executor, modalities, items, relations, stats, steps: int = 8) -> float:
+    """Seconds a step of a training loop that keeps two deferred steps in flight (``trainer.deferred``): each
+    step's batch is packed and corrupted on the host while the one before runs on the device, as a PyTorch
+    loop's DataLoader workers prepare batches (the PyTorch peer's batch is built once, outside its timing)."""
+    receiver = trainer.deferred(executor)
+
+    def submit():
+        return receiver.step(modalities, items, relations=relations, stats=stats)
+
+    def run() -> float:
+        in_flight = [submit(), submit()]
+        start = time.perf_counter()
+        for _ in range(steps):
+            in_flight.pop(0).result()
+            in_flight.append(submit())
+        elapsed = time.perf_counter() - start
+        for handle in in_flight:
+            handle.result()
+        return elapsed / steps
+
+    run()
+    return float(np.median([run() for _ in range(3)]))
 
 
 def torch_peer(trainer, items, relations, g, positions, *, autocast: bool, compile: bool = False) -> dict:

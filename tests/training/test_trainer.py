@@ -211,3 +211,26 @@ def test_joint_training_learns_pairs_and_bytes():
     text = np.frombuffer("".join(contents).encode(), np.uint8)
     unigram = np.bincount(text).max() / text.size
     assert accuracy > 2 * unigram
+
+
+def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path):
+    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run; a refused step
+    among them (an image in a text run) leaves the batches prepared after it keyed to the wrong step number, which
+    their steps notice and prepare again: the checkpoint is the blocking steps' all the same."""
+    orders = [np.roll(np.arange(8), step) for step in range(5)]
+    executor = uform.Executor.for_ram()
+    blocking = tiny(executor=executor)
+    for order in orders:
+        blocking.step([uform.Modality.TEXT] * 8, [TEXTS[i] for i in order])
+    blocking.save(tmp_path / "blocking.safetensors")
+    deferred = tiny(executor=executor)
+    receiver = deferred.deferred(executor)
+    handles = [receiver.step([uform.Modality.TEXT] * 8, [TEXTS[i] for i in order]) for order in orders[:2]]
+    handles.append(receiver.step([uform.Modality.IMAGE], [b"not an image"]))
+    handles += [receiver.step([uform.Modality.TEXT] * 8, [TEXTS[i] for i in order]) for order in orders[2:]]
+    assert [handle.wait(120) for handle in handles] == [True] * 6
+    assert isinstance(handles[2].exception(), uform.UFormError)
+    assert all(handle.exception() is None for handle in handles[:2] + handles[3:])
+    deferred.save(tmp_path / "deferred.safetensors")
+    deferred.close()
+    assert (tmp_path / "blocking.safetensors").read_bytes() == (tmp_path / "deferred.safetensors").read_bytes()

@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -53,7 +53,7 @@ from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, Prep
                          media_tokens, place_media, submit_items)
 from .choices import choice_batch, choice_state
 from .late_interaction import QUERY_BIT, late_batch, late_targets, side_rows
-from .packing import pack_items
+from .packing import Packed, pack_items
 from .relations import Relations, pair_targets
 from .schedule import learning_rate
 from .stats import TrainerStepStats
@@ -65,7 +65,19 @@ from .world import (GradientReducer, World, check_world, concatenate_inputs, dev
 
 
 DECODE_AHEAD = 2
-"""Deferred steps whose media items decode before they run, at most: a bound on the decoded items held."""
+"""Deferred steps whose media items decode (and whose batches are prepared) before they run, at most: a bound on
+the decoded items and batches held."""
+
+
+@dataclass
+class PreparedStep:
+    """A deferred step's host work done before it runs (``Trainer._prepare_ahead``): its checked inputs and its
+    packed, corrupted batch, for the step number it assumed (corruption is keyed by it)."""
+
+    step: int
+    inputs: StepInputs
+    batch: StepBatch
+    packed: Packed
 
 
 class Trainer:
@@ -88,6 +100,10 @@ class Trainer:
         self._worker: ThreadPoolExecutor | None = None
         self._pool = DecodePool()  # decodes a step's media items on threads
         self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uform-prepare")  # deferred steps'
+        # batches packed ahead, in order (its thread starts at the first)
+        self._in_flight = 0  # deferred steps submitted and not finished: the steps a prepared batch assumes before it
+        self._in_flight_lock = threading.Lock()
 
     # ---- creation ------------------------------------------------------------------------------------
 
@@ -243,25 +259,55 @@ class Trainer:
             return modalities, items, None
         return kinds, items, submit_items(kinds, items, self._run.batch, self._pool)
 
+    def _checked_inputs(self, modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
+                        choice_targets=None, relations: Relations | None = None, outputs_scalar: Scalar = Scalar.F32,
+                        **_) -> StepInputs:
+        """A step's items and options checked against the run (UFormError naming what is wrong)."""
+        run = self._run
+        return check_step_inputs(
+            modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides, choices=choices,
+            choice_targets=choice_targets, relations=relations,
+            temperature_group_count=run.contrastive.temperature_groups,
+            max_edges_per_device=run.contrastive.max_edges_per_device * self._world.local,
+            max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
+            modalities_enabled=self._modalities_enabled())
+
+    def _prepare_ahead(self, modalities, contents, decoded: PendingMedia | None, options: dict) -> Future | None:
+        """A deferred step's host work (its inputs checked, packed, corrupted and resolved) started on the preparer
+        thread while earlier steps run on the device, assuming every step submitted before it succeeds; None in a
+        mesh, whose processes exchange their items when the step runs. A refusal there is left for the step to
+        meet again, in order."""
+        if self._world.collectives is not None:
+            return None
+        with self._in_flight_lock:
+            assumed = self._step + 1 + self._in_flight
+            self._in_flight += 1
+
+        def prepare() -> PreparedStep:
+            inputs = self._checked_inputs(modalities, contents, **options)
+            batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
+                                            devices=self._world.size)
+            return PreparedStep(assumed, inputs, batch, packed)
+
+        return self._preparer.submit(prepare)
+
     def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
              outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None,
-             _decoded: PendingMedia | None = None):
+             _decoded: PendingMedia | None = None, _prepared: Future | None = None):
         """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
-        (`_decoded`: the media items prepared ahead by the deferred receiver.)"""
+        (`_decoded`, `_prepared`: the media items and the batch the deferred receiver prepared ahead.)"""
         self._require_training("step")
         with self._device_call():
             if stats is not None:
                 stats.reset()
             run, world = self._run, self._world
+            prepared = ready(_prepared, self._step + 1)
             try:
-                inputs = check_step_inputs(
+                inputs = prepared.inputs if prepared is not None else self._checked_inputs(
                     modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides,
                     choices=choices, choice_targets=choice_targets, relations=relations,
-                    temperature_group_count=run.contrastive.temperature_groups,
-                    max_edges_per_device=run.contrastive.max_edges_per_device * world.local,
-                    max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
-                    modalities_enabled=self._modalities_enabled())
+                    outputs_scalar=outputs_scalar)
                 if arena is not None and not isinstance(arena, Arena):
                     raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got "
                                                                  f"{type(arena).__name__}")
@@ -280,7 +326,8 @@ class Trainer:
                 inputs_here, inputs, bags_given = inputs, concatenate_inputs(parts, inputs.outputs_scalar), True
             else:
                 inputs_here = inputs
-            batch, packed = self.step_batch(inputs, bags_given, step, decoded=_decoded, devices=world.size)
+            batch, packed = (prepared.batch, prepared.packed) if prepared is not None else \
+                self.step_batch(inputs, bags_given, step, decoded=_decoded, devices=world.size)
             if not packed.item_of_segment.size:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
@@ -386,6 +433,7 @@ class Trainer:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
+        self._preparer.shutdown(wait=True)
         self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
@@ -556,6 +604,15 @@ class Trainer:
                                                              f"{outcome['message']}")
             return outcome["written"]
 
+def ready(prepared: Future | None, step: int) -> PreparedStep | None:
+    """The batch prepared ahead for this step, or None: none was, its preparation raised (the step meets the
+    refusal itself), or it assumed another step number (an earlier step was refused)."""
+    if prepared is None or prepared.exception() is not None:
+        return None
+    found = prepared.result()
+    return found if found.step == step else None
+
+
 def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,
                        anchors: int | None = None) -> tuple[int, np.ndarray, float]:
     """Each form's normalisation (docs/encoder.md) folded into float32 pair weights, on the host in float64:
@@ -628,14 +685,18 @@ class DeferredOn:
             return Deferred(self._worker.submit(trainer.step, modalities, contents, **options))
         try:
             modalities, contents, decoded = trainer._decode_ahead(modalities, contents)
+            prepared = trainer._prepare_ahead(modalities, contents, decoded, options)
         except BaseException:
             trainer._decoding_ahead.release()
             raise
 
         def run():
             try:
-                return trainer.step(modalities, contents, _decoded=decoded, **options)
+                return trainer.step(modalities, contents, _decoded=decoded, _prepared=prepared, **options)
             finally:
+                if prepared is not None:
+                    with trainer._in_flight_lock:
+                        trainer._in_flight -= 1
                 trainer._decoding_ahead.release()
 
         return Deferred(self._worker.submit(run))
