@@ -332,7 +332,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
         index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
-        index[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
+        elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")

@@ -109,12 +109,13 @@ comptime TREE_DEPTH = 64  # partial sums a tree_reduce holds at once: enough for
 
 
 @always_inline
-def tree_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
+def tree_reduce[w: SIMDLength, F: def(Int) -> SIMD[DType.float32, w]](value: F, n: Int) -> SIMD[DType.float32, w]:
     """Σ value(i) for i in [0, n) (n ≥ 1) as the contiguous pairwise tree (the module doc), by a binary counter:
     after value(i) is pushed, the stack holds the sums of the aligned blocks that make up [0, i], largest first
     (the set bits of i + 1); each trailing one bit of i merges the new value with the block below it. At the
-    end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split."""
-    var stack = Array[Float32, TREE_DEPTH](fill=0)
+    end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split.
+    The w lanes are w independent sums, each exactly as w = 1 computes it (the CPU takes 8 outputs a call)."""
+    var stack = Array[SIMD[DType.float32, w], TREE_DEPTH](fill=0)
     var depth = 0
     for i in range(n):
         var x = value(i)
