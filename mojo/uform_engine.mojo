@@ -13,8 +13,8 @@ from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import (
-    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
-    launch_elements, launch_gpu_teams, launch_index, launch_rows, launch_teams,
+    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, LanesBody, RowBody, TeamBody, args_from_python, device_of,
+    launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
 )
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
@@ -255,6 +255,22 @@ def index[body: def(Int, Args) thin -> None](
     interfaces[name] = interface_of(interface)
 
 
+def lanes_kernel[lanes: Int, body: LanesBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body over every task in [0, n), its lanes one by one on a GPU thread, as one vector on the CPU."""
+    launch_lanes[lanes, body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
+def lanes[count: Int, body: LanesBody](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register an index kernel of `count` lanes a task under `name` with its interface."""
+    m.def_function[lanes_kernel[count, body]](name)
+    interfaces[name] = interface_of(interface)
+
+
 def row_kernel[body: RowBody](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
@@ -346,7 +362,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         fast_teams[attention_fast.attention_backward_dq_fast, attention_fast.DQ_REGISTERS](
             m, k, "attention_backward_dq_fast"
         )
-        index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
+        lanes[rotary.PAIRS_PER_TASK, rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[rows.gather_rows](m, k, "gather_rows", rows.GATHER_ROWS)
