@@ -386,14 +386,34 @@ def team_score_products[C: Int, second: Bool, D: Int, played: Int, space: Addres
 
 
 @always_inline
+def keys_products[V: Int, C: Int, W: Int, masked: Bool, space: AddressSpace](
+    mut acc: Array[SIMD[DType.float32, V], ROWS], weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    values: Pointer[Float32, MutUntrackedOrigin, address_space=space], k_begin: Int, k_end: Int,
+    low: SIMD[DType.int32, ROWS], high: SIMD[DType.int32, ROWS], tr: Int, tc: Int,
+):
+    """acc[a] = fma(weights[k][4tr + a], values[k][tc·W … tc·W + V − 1], acc[a]) for k in [k_begin, k_end) ascending;
+    masked: row a only for the k it pairs with (a select: the other k leave its lanes as they are)."""
+    for k in range(k_begin, k_end):
+        var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
+        var v = values.unsafe_load[width=V, alignment = 4 * W](k * C + tc * W)
+        comptime for a in range(ROWS):
+            var next = SIMD[DType.float32, V](w[a]).fma(v, acc[a])
+            comptime if masked:
+                acc[a] = next if Int32(k) >= low[a] and Int32(k) < high[a] else acc[a]
+            else:
+                acc[a] = next
+
+
+@always_inline
 def team_output_products[D: Int, second: Bool, c: Int, played: Int, space: AddressSpace](
     mut team: Array[Thread[D], played], base: Int, weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
     values: Pointer[Float32, MutUntrackedOrigin, address_space=space],
 ):
     """output_products for chunk c of every thread of the team that owns output columns and pairs with the block,
     the owners of 16 consecutive output columns at once (8 for D = 8). Each lane is its thread's chain over k
-    ascending; a row's k outside its mask leave its lanes as they are (a select, where a thread skips the fma),
-    and the k that no row pairs with are not visited."""
+    ascending. The k that every row pairs with run unmasked; on either side of them, a row's k outside its
+    mask leave its lanes as they are (a select, where a thread skips the fma), and the k that no row pairs with
+    are not visited."""
     comptime assert played == TEAM, "the CPU plays the whole team"
     comptime C = chunk_of[D]()
     comptime W = width_of[D]()
@@ -403,37 +423,32 @@ def team_output_products[D: Int, second: Bool, c: Int, played: Int, space: Addre
         var leader = tr * GROUPS
         if not team[leader].overlaps(base):
             continue
-        var masked = not team[leader].covers(base)
         var low = team[leader].low - Int32(base)
         var high = team[leader].high - Int32(base)
-        var k_begin = 0
-        var k_end = TILE
-        if masked:
-            k_begin = TILE
-            k_end = 0
-            comptime for a in range(ROWS):
-                if low[a] < high[a]:
-                    k_begin = min(k_begin, max(Int(low[a]), 0))
-                    k_end = max(k_end, min(Int(high[a]), TILE))
+        # [k_begin, k_end): the keys some row pairs with; [every_begin, every_end) ⊆ it: those every row pairs with
+        var k_begin = TILE
+        var k_end = 0
+        var every_begin = 0
+        var every_end = TILE
+        comptime for a in range(ROWS):
+            var row_begin = max(Int(low[a]), 0)
+            var row_end = min(Int(high[a]), TILE)
+            if row_begin < row_end:
+                k_begin = min(k_begin, row_begin)
+                k_end = max(k_end, row_end)
+            every_begin = max(every_begin, row_begin)
+            every_end = min(every_end, row_end)
+        if every_begin >= every_end:
+            every_begin = k_end
+            every_end = k_end
         for tc in range(0, lanes_of[D](), N):
             var first = leader + tc
             var acc = Array[SIMD[DType.float32, V], ROWS](fill=SIMD[DType.float32, V](0))
             comptime for a in range(ROWS):
                 acc[a] = gathered[W, N, played, D, second, c](team, first, a)
-            if masked:
-                for k in range(k_begin, k_end):
-                    var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
-                    var v = values.unsafe_load[width=V, alignment = 4 * W](k * C + tc * W)
-                    comptime for a in range(ROWS):
-                        var next = SIMD[DType.float32, V](w[a]).fma(v, acc[a])
-                        var pairs = Int32(k) >= low[a] and Int32(k) < high[a]
-                        acc[a] = next if pairs else acc[a]
-            else:
-                for k in range(TILE):
-                    var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
-                    var v = values.unsafe_load[width=V, alignment = 4 * W](k * C + tc * W)
-                    comptime for a in range(ROWS):
-                        acc[a] = SIMD[DType.float32, V](w[a]).fma(v, acc[a])
+            keys_products[V, C, W, True](acc, weights, values, k_begin, every_begin, low, high, tr, tc)
+            keys_products[V, C, W, False](acc, weights, values, every_begin, every_end, low, high, tr, tc)
+            keys_products[V, C, W, True](acc, weights, values, every_end, k_end, low, high, tr, tc)
             comptime for a in range(ROWS):
                 comptime for j in range(N):
                     var part = rebind[SIMD[DType.float32, width_of[D]()]](acc[a].slice[W, offset = j * W]())
