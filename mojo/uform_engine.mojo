@@ -346,7 +346,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
-        index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
+        elements[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
         elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")

@@ -46,6 +46,26 @@ def canonical_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
 
 
 @always_inline
+def canonical_reduce_lanes[w: SIMDLength, F: def(Int) -> SIMD[DType.float32, w]](
+    value: F, n: Int
+) -> SIMD[DType.float32, w]:
+    """w sums at once, Σ value(i)[lane] for i in [0, n): each lane exactly canonical_reduce's order (32 strided
+    partial sums, then folded by halves), so each lane's bits are those of canonical_reduce on it alone."""
+    var acc = Array[SIMD[DType.float32, w], LANES](fill=SIMD[DType.float32, w](0))
+    var start = 0
+    while start + LANES <= n:
+        comptime for l in range(LANES):
+            acc[l] += value(start + l)
+        start += LANES
+    for l in range(n - start):
+        acc[l] += value(start + l)
+    comptime for level in range(5):
+        comptime for l in range(16 >> level):
+            acc[l] = acc[l] + acc[l + (16 >> level)]
+    return acc[0]
+
+
+@always_inline
 def row_reduce[warp: Bool, F: def(Int) -> Float32](value: F, n: Int, lane: Int) -> Float32:
     """Σ value(i) for i in [0, n) in the canonical order, taken by one caller (warp False, lane 0) or by the
     32 threads of a GPU warp (warp True), thread `lane` playing lane `lane`: it adds values lane, lane+32, …
