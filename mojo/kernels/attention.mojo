@@ -33,7 +33,8 @@ tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each ch
 as in a SIMT GEMM. Operands are staged 64 tokens × 64 dims at a time in two shared panels; the
 probabilities (or ds) of a block go back to a panel as the left operand of the output products. The
 team's phases end at barriers; on the CPU one call plays all 256 threads phase by phase (`played`),
-so both devices run the same operations in the same order. A block that no row of a thread can use is
+so both devices run the same operations in the same order (its products several threads of a row group
+at a time, each as a vector lane: `team_score_products`, `team_output_products`). A block that no row of a thread can use is
 skipped by that thread; a tile's forward walks each run of rows sharing a span separately, in the
 blocks of that span.
 Every attention kernel reads the one interface ATTENTION, by the names of `Attention`.
@@ -391,8 +392,8 @@ def keys_products[V: Int, C: Int, W: Int, masked: Bool, space: AddressSpace](
     values: Pointer[Float32, MutUntrackedOrigin, address_space=space], k_begin: Int, k_end: Int,
     low: SIMD[DType.int32, ROWS], high: SIMD[DType.int32, ROWS], tr: Int, tc: Int,
 ):
-    """acc[a] = fma(weights[k][4tr + a], values[k][tc·W … tc·W + V − 1], acc[a]) for k in [k_begin, k_end) ascending;
-    masked: row a only for the k it pairs with (a select: the other k leave its lanes as they are)."""
+    """acc[a] = fma(weights[k][4tr + a], values[k][tc·W … tc·W + V − 1], acc[a]) for k in [k_begin, k_end)
+    ascending; masked: row a only for the k it pairs with (a select: the other k leave its lanes as they are)."""
     for k in range(k_begin, k_end):
         var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
         var v = values.unsafe_load[width=V, alignment = 4 * W](k * C + tc * W)
