@@ -293,6 +293,7 @@ def gemm_gpu[
 comptime MR = 6
 comptime NR = 16
 comptime MAX_ROWS_PER_TASK = 192  # the panel is packed once for up to this many rows
+comptime K_UNROLL = 4  # k steps of the micro-kernel's loop unrolled (speed only)
 comptime MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the threads share it evenly
 
 
@@ -304,13 +305,25 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
     """`rows` (≤ MR) rows × NR columns of C over k in [k_begin, k_end), from A and the packed panel."""
     var lo = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
     var hi = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
-    for k in range(k_begin, k_end):
+
+    @always_inline
+    def step(k: Int) {mut lo, mut hi, imm a, imm panel, imm m0, imm M, imm K, imm k_begin}:
         var b_lo = panel.unsafe_load[width=8]((k - k_begin) * NR)
         var b_hi = panel.unsafe_load[width=8]((k - k_begin) * NR + 8)
         comptime for r in range(rows):
             var a_value = SIMD[DType.float32, 8](a.unsafe_load(a_index[transpose_a](m0 + r, k, M, K)))
             lo[r] = a_value.fma(b_lo, lo[r])
             hi[r] = a_value.fma(b_hi, hi[r])
+
+    # k ascends either way; unrolled, the loop's own work between the fmas shrinks
+    var k = k_begin
+    while k + K_UNROLL <= k_end:
+        comptime for kk in range(K_UNROLL):
+            step(k + kk)
+        k += K_UNROLL
+    while k < k_end:
+        step(k)
+        k += 1
     comptime for r in range(rows):
         var at = (m0 + r) * N + n0
         if n0 + NR <= N:
