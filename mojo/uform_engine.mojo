@@ -13,8 +13,8 @@ from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import (
-    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, RowBody, TeamBody, args_from_python, device_of,
-    launch_elements, launch_gpu_teams, launch_index, launch_rows, launch_teams,
+    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, LanesBody, RowBody, TeamBody, args_from_python, device_of,
+    launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
 )
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
@@ -256,6 +256,22 @@ def index[body: def(Int, Args) thin -> None](
     interfaces[name] = interface_of(interface)
 
 
+def lanes_kernel[lanes: Int, body: LanesBody](
+    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
+) raises -> PythonObject:
+    """Run body over every task in [0, n), its lanes one by one on a GPU thread, as one vector on the CPU."""
+    launch_lanes[lanes, body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    return PythonObject(None)
+
+
+def lanes[count: Int, body: LanesBody](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """Register an index kernel of `count` lanes a task under `name` with its interface."""
+    m.def_function[lanes_kernel[count, body]](name)
+    interfaces[name] = interface_of(interface)
+
+
 def row_kernel[body: RowBody](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
@@ -336,9 +352,9 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
         index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
-        index[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
+        elements[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
-        index[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
+        elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
@@ -353,7 +369,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         fast_teams[attention_fast.attention_backward_dq_fast, attention_fast.DQ_REGISTERS](
             m, k, "attention_backward_dq_fast"
         )
-        index[rotary.rotary](m, k, "rotary", rotary.ROTARY)
+        lanes[rotary.PAIRS_PER_TASK, rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
         index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)

@@ -267,6 +267,17 @@ def launch_index[body: def(Int, Args) thin -> None](dev: DevicePtr, n: Int, args
     launch_grouped[1, one_lane[body], body](dev, n, args)
 
 
+comptime LanesBody = def[w: SIMDLength](Int, Args) thin -> None
+"""An index kernel whose task is `lanes` independent lanes: body[w](task, args) computes them w at a time,
+each lane exactly as body[1] computes it alone."""
+
+
+def launch_lanes[lanes: Int, body: LanesBody](dev: DevicePtr, n: Int, args: Args) raises:
+    """body over every task in [0, n): on a GPU one thread a task, taking its lanes one by one (body[1]); on the
+    CPU one call a task, its lanes as one vector (body[lanes]). The same bits either way."""
+    launch_grouped[1, one_lane[body[1]], body[lanes]](dev, n, args)
+
+
 comptime CPU_LANES = 8  # float32 lanes of an x86-64-v3 vector register
 comptime ElementBody = def[w: SIMDLength](Int, Args) thin -> None
 """An element-wise kernel's body: body[w](i, args) computes elements [i, i + w), each lane exactly as

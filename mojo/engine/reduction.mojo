@@ -46,6 +46,26 @@ def canonical_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
 
 
 @always_inline
+def canonical_reduce_lanes[w: SIMDLength, F: def(Int) -> SIMD[DType.float32, w]](
+    value: F, n: Int
+) -> SIMD[DType.float32, w]:
+    """w sums at once, Σ value(i)[lane] for i in [0, n): each lane exactly canonical_reduce's order (32 strided
+    partial sums, then folded by halves), so each lane's bits are those of canonical_reduce on it alone."""
+    var acc = Array[SIMD[DType.float32, w], LANES](fill=SIMD[DType.float32, w](0))
+    var start = 0
+    while start + LANES <= n:
+        comptime for l in range(LANES):
+            acc[l] += value(start + l)
+        start += LANES
+    for l in range(n - start):
+        acc[l] += value(start + l)
+    comptime for level in range(5):
+        comptime for l in range(16 >> level):
+            acc[l] = acc[l] + acc[l + (16 >> level)]
+    return acc[0]
+
+
+@always_inline
 def row_reduce[warp: Bool, F: def(Int) -> Float32](value: F, n: Int, lane: Int) -> Float32:
     """Σ value(i) for i in [0, n) in the canonical order, taken by one caller (warp False, lane 0) or by the
     32 threads of a GPU warp (warp True), thread `lane` playing lane `lane`: it adds values lane, lane+32, …
@@ -109,12 +129,13 @@ comptime TREE_DEPTH = 64  # partial sums a tree_reduce holds at once: enough for
 
 
 @always_inline
-def tree_reduce[F: def(Int) -> Float32](value: F, n: Int) -> Float32:
+def tree_reduce[w: SIMDLength, F: def(Int) -> SIMD[DType.float32, w]](value: F, n: Int) -> SIMD[DType.float32, w]:
     """Σ value(i) for i in [0, n) (n ≥ 1) as the contiguous pairwise tree (the module doc), by a binary counter:
     after value(i) is pushed, the stack holds the sums of the aligned blocks that make up [0, i], largest first
     (the set bits of i + 1); each trailing one bit of i merges the new value with the block below it. At the
-    end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split."""
-    var stack = Array[Float32, TREE_DEPTH](fill=0)
+    end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split.
+    The w lanes are w independent sums, each exactly as w = 1 computes it (the CPU takes 8 outputs a call)."""
+    var stack = Array[SIMD[DType.float32, w], TREE_DEPTH](fill=0)
     var depth = 0
     for i in range(n):
         var x = value(i)

@@ -33,7 +33,8 @@ tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each ch
 as in a SIMT GEMM. Operands are staged 64 tokens × 64 dims at a time in two shared panels; the
 probabilities (or ds) of a block go back to a panel as the left operand of the output products. The
 team's phases end at barriers; on the CPU one call plays all 256 threads phase by phase (`played`),
-so both devices run the same operations in the same order. A block that no row of a thread can use is
+so both devices run the same operations in the same order (its products several threads of a row group
+at a time, each as a vector lane: `team_score_products`, `team_output_products`). A block that no row of a thread can use is
 skipped by that thread; a tile's forward walks each run of rows sharing a span separately, in the
 blocks of that span.
 Every attention kernel reads the one interface ATTENTION, by the names of `Attention`.
@@ -325,6 +326,139 @@ def write_weights[space: AddressSpace](
         panel.unsafe_store[width=4, alignment=16]((tc + GROUPS * u) * LINE + 4 * tr, line)
 
 
+# ---- the CPU's products: several threads of a row group at once --------------------------------------------
+# On the CPU one call plays the whole team (`played` = TEAM, first thread 0), and a thread's 4-lane sums leave
+# half of a vector register idle. The threads of one row group share their rows, so their mask (low, high, and
+# so `overlaps` and `covers`), and their operands lie side by side in the panels: column groups tc … tc+3 read
+# 16 consecutive floats of a column panel line, and the column groups that own output columns read consecutive
+# values. So the CPU runs several threads of a row group as the lanes of wider vectors, each lane the same fma
+# chain, in the same order, as the thread's own lane in score_products and output_products.
+
+comptime CPU_SCORE_THREADS = 4  # threads whose 4 score columns make 16 consecutive floats of a column panel line
+
+
+@always_inline
+def gathered[W: Int, N: Int, played: Int, D: Int, second: Bool, c: Int](
+    team: Array[Thread[D], played], first: Int, a: Int
+) -> SIMD[DType.float32, N * W]:
+    """Row a of the output sums (acc, or acc2 when `second`) of chunk c of threads first … first + N − 1, side by
+    side."""
+    var joined = SIMD[DType.float32, N * W](0)
+    comptime for j in range(N):
+        comptime if second:
+            joined = joined.insert[offset = j * W](rebind[SIMD[DType.float32, W]](team[first + j].acc2[c][a]))
+        else:
+            joined = joined.insert[offset = j * W](rebind[SIMD[DType.float32, W]](team[first + j].acc[c][a]))
+    return joined
+
+
+@always_inline
+def team_score_products[C: Int, second: Bool, D: Int, played: Int, space: AddressSpace](
+    mut team: Array[Thread[D], played], base: Int, rows: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    columns: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """score_products for every thread of the team that pairs with the block, CPU_SCORE_THREADS threads at once
+    (their 16 columns as 16 lanes); each lane is its thread's chain over d ascending."""
+    comptime assert played == TEAM, "the CPU plays the whole team"
+    comptime N = CPU_SCORE_THREADS
+    for tr in range(GROUPS):
+        if not team[tr * GROUPS].overlaps(base):
+            continue
+        for tc in range(0, GROUPS, N):
+            var first = tr * GROUPS + tc
+            var acc = Array[SIMD[DType.float32, N * COLS], ROWS](fill=SIMD[DType.float32, N * COLS](0))
+            comptime for a in range(ROWS):
+                comptime for j in range(N):
+                    comptime if second:
+                        acc[a] = acc[a].insert[offset = j * COLS](team[first + j].t[a])
+                    else:
+                        acc[a] = acc[a].insert[offset = j * COLS](team[first + j].s[a])
+            for d in range(C):
+                var r = rows.unsafe_load[width=4, alignment=16](d * LINE + 4 * tr)
+                var cols = columns.unsafe_load[width = N * COLS, alignment=16](d * TILE + 4 * tc)
+                comptime for a in range(ROWS):
+                    acc[a] = SIMD[DType.float32, N * COLS](r[a]).fma(cols, acc[a])
+            comptime for a in range(ROWS):
+                comptime for j in range(N):
+                    comptime if second:
+                        team[first + j].t[a] = acc[a].slice[COLS, offset = j * COLS]()
+                    else:
+                        team[first + j].s[a] = acc[a].slice[COLS, offset = j * COLS]()
+
+
+@always_inline
+def keys_products[V: Int, C: Int, W: Int, masked: Bool, space: AddressSpace](
+    mut acc: Array[SIMD[DType.float32, V], ROWS], weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    values: Pointer[Float32, MutUntrackedOrigin, address_space=space], k_begin: Int, k_end: Int,
+    low: SIMD[DType.int32, ROWS], high: SIMD[DType.int32, ROWS], tr: Int, tc: Int,
+):
+    """acc[a] = fma(weights[k][4tr + a], values[k][tc·W … tc·W + V − 1], acc[a]) for k in [k_begin, k_end)
+    ascending; masked: row a only for the k it pairs with (a select: the other k leave its lanes as they are)."""
+    for k in range(k_begin, k_end):
+        var w = weights.unsafe_load[width=4, alignment=16](k * LINE + 4 * tr)
+        var v = values.unsafe_load[width=V, alignment = 4 * W](k * C + tc * W)
+        comptime for a in range(ROWS):
+            var next = SIMD[DType.float32, V](w[a]).fma(v, acc[a])
+            comptime if masked:
+                acc[a] = next if Int32(k) >= low[a] and Int32(k) < high[a] else acc[a]
+            else:
+                acc[a] = next
+
+
+@always_inline
+def team_output_products[D: Int, second: Bool, c: Int, played: Int, space: AddressSpace](
+    mut team: Array[Thread[D], played], base: Int, weights: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    values: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+):
+    """output_products for chunk c of every thread of the team that owns output columns and pairs with the block,
+    the owners of 16 consecutive output columns at once (8 for D = 8). Each lane is its thread's chain over k
+    ascending. The k that every row pairs with run unmasked; on either side of them, a row's k outside its
+    mask leave its lanes as they are (a select, where a thread skips the fma), and the k that no row pairs with
+    are not visited."""
+    comptime assert played == TEAM, "the CPU plays the whole team"
+    comptime C = chunk_of[D]()
+    comptime W = width_of[D]()
+    comptime N = min(lanes_of[D](), 16 // W)  # threads at once
+    comptime V = N * W
+    for tr in range(GROUPS):
+        var leader = tr * GROUPS
+        if not team[leader].overlaps(base):
+            continue
+        var low = team[leader].low - Int32(base)
+        var high = team[leader].high - Int32(base)
+        # [k_begin, k_end): the keys some row pairs with; [every_begin, every_end) ⊆ it: those every row pairs with
+        var k_begin = TILE
+        var k_end = 0
+        var every_begin = 0
+        var every_end = TILE
+        comptime for a in range(ROWS):
+            var row_begin = max(Int(low[a]), 0)
+            var row_end = min(Int(high[a]), TILE)
+            if row_begin < row_end:
+                k_begin = min(k_begin, row_begin)
+                k_end = max(k_end, row_end)
+            every_begin = max(every_begin, row_begin)
+            every_end = min(every_end, row_end)
+        if every_begin >= every_end:
+            every_begin = k_end
+            every_end = k_end
+        for tc in range(0, lanes_of[D](), N):
+            var first = leader + tc
+            var acc = Array[SIMD[DType.float32, V], ROWS](fill=SIMD[DType.float32, V](0))
+            comptime for a in range(ROWS):
+                acc[a] = gathered[W, N, played, D, second, c](team, first, a)
+            keys_products[V, C, W, True](acc, weights, values, k_begin, every_begin, low, high, tr, tc)
+            keys_products[V, C, W, False](acc, weights, values, every_begin, every_end, low, high, tr, tc)
+            keys_products[V, C, W, True](acc, weights, values, every_end, k_end, low, high, tr, tc)
+            comptime for a in range(ROWS):
+                comptime for j in range(N):
+                    var part = rebind[SIMD[DType.float32, width_of[D]()]](acc[a].slice[W, offset = j * W]())
+                    comptime if second:
+                        team[first + j].acc2[c][a] = part
+                    else:
+                        team[first + j].acc[c][a] = part
+
+
 @always_inline
 def block_products[D: Int, second: Bool, played: Int, space: AddressSpace](
     mut team: Array[Thread[D], played], first: Int, base: Int,
@@ -341,6 +475,9 @@ def block_products[D: Int, second: Bool, played: Int, space: AddressSpace](
             for p in range(played):
                 stage_values[C](values, source, stride, offset + c * C, base, tokens, first + p)
             sync[played]()
+        comptime if played > 1:
+            team_output_products[D, second, c](team, base, weights, values)
+            continue
         for p in range(played):
             var tid = first + p
             var tr = tid // GROUPS
@@ -382,6 +519,10 @@ def block_scores[D: Int, second: Bool, played: Int, space: AddressSpace](
             stage_lines[C, False](rows, row_source, row_stride, row_offset + c * C, row_first, tokens, tid)
             stage_lines[C, True](columns, column_source, column_stride, column_offset + c * C, base, tokens, tid)
         sync[played]()
+        comptime if played > 1:
+            team_score_products[C, second](team, base, rows, columns)
+            sync[played]()
+            continue
         for p in range(played):
             var tid = first + p
             if team[p].overlaps(base):

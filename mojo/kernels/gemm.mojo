@@ -30,7 +30,7 @@ from std.os import getenv
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
-from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_index
+from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index
 from engine.target import HAS_ACCELERATOR
 from kernels.tree_sum import tree_sum
 
@@ -293,6 +293,7 @@ def gemm_gpu[
 comptime MR = 6
 comptime NR = 16
 comptime MAX_ROWS_PER_TASK = 192  # the panel is packed once for up to this many rows
+comptime K_UNROLL = 4  # k steps of the micro-kernel's loop unrolled (speed only)
 comptime MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the threads share it evenly
 
 
@@ -304,13 +305,25 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
     """`rows` (≤ MR) rows × NR columns of C over k in [k_begin, k_end), from A and the packed panel."""
     var lo = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
     var hi = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
-    for k in range(k_begin, k_end):
+
+    @always_inline
+    def step(k: Int) {mut lo, mut hi, imm a, imm panel, imm m0, imm M, imm K, imm k_begin}:
         var b_lo = panel.unsafe_load[width=8]((k - k_begin) * NR)
         var b_hi = panel.unsafe_load[width=8]((k - k_begin) * NR + 8)
         comptime for r in range(rows):
             var a_value = SIMD[DType.float32, 8](a.unsafe_load(a_index[transpose_a](m0 + r, k, M, K)))
             lo[r] = a_value.fma(b_lo, lo[r])
             hi[r] = a_value.fma(b_hi, hi[r])
+
+    # k ascends either way; unrolled, the loop's own work between the fmas shrinks
+    var k = k_begin
+    while k + K_UNROLL <= k_end:
+        comptime for kk in range(K_UNROLL):
+            step(k + kk)
+        k += K_UNROLL
+    while k < k_end:
+        step(k)
+        k += 1
     comptime for r in range(rows):
         var at = (m0 + r) * N + n0
         if n0 + NR <= N:
@@ -394,28 +407,36 @@ def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: 
 
 
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
-    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int, accumulate: Bool
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, ranges: Int, length: Int,
+    accumulate: Bool,
 ):
-    """C (+)= the product over k in [k_begin, k_end)."""
+    """C (+)= the product, or with several k ranges, range z's product over [z·length, (z + 1)·length) into
+    C + z·M·N. All ranges are one launch: the weight gradients' ranges (one per packed row) are short, so
+    one range alone has too few tasks to keep the cores busy."""
     var column_blocks = (N + NR - 1) // NR
     var row_blocks = (M + MR - 1) // MR
+    var blocks = ranges * column_blocks
     var row_tasks = min(row_blocks, max((M + MAX_ROWS_PER_TASK - 1) // MAX_ROWS_PER_TASK,
-                                        (MIN_TASKS + column_blocks - 1) // column_blocks))
+                                        (MIN_TASKS + blocks - 1) // blocks))
     var rows_per_task = (row_blocks + row_tasks - 1) // row_tasks * MR
     row_tasks = (M + rows_per_task - 1) // rows_per_task
-    var span = max(k_end - k_begin, 1)
+    var span = max(min(K, length), 1)
 
-    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm k_begin, imm k_end, imm span, imm accumulate, imm column_blocks, imm rows_per_task}:
+    def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm length, imm span, imm accumulate, imm column_blocks, imm row_tasks, imm rows_per_task}:
         var panel = f32_at(Int(alloc[Float32](span * NR, alignment=64)))
         for task in range(begin, end):
-            var n0 = (task % column_blocks) * NR
-            var m_begin = (task // column_blocks) * rows_per_task
+            var z = task // (column_blocks * row_tasks)
+            var in_range = task % (column_blocks * row_tasks)
+            var n0 = (in_range % column_blocks) * NR
+            var m_begin = (in_range // column_blocks) * rows_per_task
+            var k_begin = z * length
+            var k_end = min(K, k_begin + length)
             pack_panel[transpose_b](panel, b, n0, N, K, k_begin, k_end)
-            cpu_rows[transpose_a](c, a, panel, m_begin, min(M, m_begin + rows_per_task), n0, M, N, K, k_begin,
-                                  k_end, accumulate)
+            cpu_rows[transpose_a](c.unsafe_offset(z * M * N), a, panel, m_begin, min(M, m_begin + rows_per_task), n0,
+                                  M, N, K, k_begin, k_end, accumulate)
         panel.unsafe_free()
 
-    cpu_parallel_for(dev, task_range, column_blocks * row_tasks)
+    cpu_parallel_for(dev, task_range, ranges * column_blocks * row_tasks)
 
 
 comptime SUM_CHUNKS = Interface("c partials", "size chunks accumulate", "")
@@ -511,11 +532,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
             else:
                 launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:
-        for z in range(chunks):
-            gemm_cpu[transpose_a, transpose_b](
-                dev, target.unsafe_offset(z * M * N), a, b, M, N, K, z * length, min(K, (z + 1) * length),
-                accumulate and chunks == 1,
-            )
+        gemm_cpu[transpose_a, transpose_b](dev, target, a, b, M, N, K, chunks, length, accumulate and chunks == 1)
     if chunks > 1:
         var args = Args.empty()  # SUM_CHUNKS and TREE_SUM
         args.addresses[0] = Int64(Int(c))
@@ -524,7 +541,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
         args.sizes[1] = Int64(chunks)
         args.sizes[2] = Int64(1 if accumulate else 0)
         if range_length > 0:
-            launch_index[tree_sum](dev, M * N, args)
+            launch_elements[tree_sum](dev, M * N, args)
         else:
             launch_index[sum_chunks](dev, M * N, args)
 

@@ -15,7 +15,7 @@ chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
 from engine.launch import Args, Interface
-from engine.reduction import canonical_reduce, row_max, row_reduce, row_stride
+from engine.reduction import canonical_reduce, canonical_reduce_lanes, row_max, row_reduce, row_stride
 from engine import numerics
 
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
@@ -138,9 +138,11 @@ def cross_entropy(r: Int, args: Args):
 comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns chunk", "")
 
 
-def column_partial_sums(task: Int, args: Args):
+def column_partial_sums[w: SIMDLength](task: Int, args: Args):
     """Stage 1, one task per (chunk, column): partial [chunks, C] of x [R, C], each chunk `chunk` rows of x
-    (COLUMN_CHUNK, or one packed row's tokens when the stage 2 is the row tree: kernels/tree_sum.mojo)."""
+    (COLUMN_CHUNK, or one packed row's tokens when the stage 2 is the row tree: kernels/tree_sum.mojo).
+    An element-wise kernel: tasks [task, task + w), w columns of one chunk as w lanes, each lane its column's
+    canonical sum; w tasks that cross into the next chunk are taken one by one."""
     var partial = args.f32(0)
     var x = args.f32(1)
     var R = args.size(0)
@@ -149,11 +151,22 @@ def column_partial_sums(task: Int, args: Args):
     var chunk = task // C
     var column = task % C
     var begin = chunk * length
+    comptime if w > 1:
+        if column + w > C:
+            for lane in range(w):
+                column_partial_sums[1](task + lane, args)
+            return
 
-    def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
-        return x.unsafe_load((begin + i) * C + column)
+    comptime if w == 1:
+        def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
+            return x.unsafe_load((begin + i) * C + column)
 
-    partial.unsafe_store(task, canonical_reduce(value, min(length, R - begin)))
+        partial.unsafe_store(task, canonical_reduce(value, min(length, R - begin)))
+    else:
+        def values(i: Int) {imm x, imm begin, imm C, imm column} -> SIMD[DType.float32, w]:
+            return x.unsafe_load[width=w]((begin + i) * C + column)
+
+        partial.unsafe_store(task, canonical_reduce_lanes[w](values, min(length, R - begin)))
 
 
 comptime COLUMN_SUMS_FINISH = Interface("out partial", "chunks columns accumulate", "")

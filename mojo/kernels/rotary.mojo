@@ -18,6 +18,8 @@ leaves x as it was (the backward's dq and dk, which only the GEMMs read next).
 
 A task rotates PAIRS_PER_TASK consecutive pairs of one (token, head), so that neighbouring GPU threads
 read neighbouring floats; each pair's arithmetic is the same whatever the task, hence so are the bits.
+The body takes a SIMD width (`launch_lanes`): a GPU thread rotates its pairs one by one, a CPU call all of
+them as the lanes of one vector, each lane computed as it would be alone.
 """
 
 from engine.launch import Args, Interface
@@ -30,7 +32,7 @@ comptime ROTARY_FAST = Interface("x positions cos sin y16", "heads head_dim axes
 comptime PAIRS_PER_TASK = 4  # divides D/2 for every even head dimension the engine compiles (8 … 128)
 
 
-def rotary(task: Int, args: Args):
+def rotary[w: SIMDLength](task: Int, args: Args):
     var H = args.size(0)
     var D = args.size(1)
     var axes = args.size(2)
@@ -49,13 +51,17 @@ def rotary(task: Int, args: Args):
     var time = Int(positions.unsafe_load(0))
     var row = Int(positions.unsafe_load(0 if axes == 1 else 1))
     var column = Int(positions.unsafe_load(0 if axes == 1 else 2))
-    comptime for p in range(PAIRS_PER_TASK):
+    comptime for p in range(0, PAIRS_PER_TASK, w):
         var i = first + p
-        var position = time if i < time_end else (row if i < row_end else column)
-        var c = cos.unsafe_load(position * half + i)
-        var s = sin.unsafe_load(position * half + i) * direction
-        var x1 = x.unsafe_load(i)
-        var x2 = x.unsafe_load(i + half)
+        var c = SIMD[DType.float32, w](0)
+        var s = SIMD[DType.float32, w](0)
+        comptime for lane in range(w):
+            var position = time if i + lane < time_end else (row if i + lane < row_end else column)
+            c[lane] = cos.unsafe_load(position * half + i + lane)
+            s[lane] = sin.unsafe_load(position * half + i + lane)
+        s = s * direction
+        var x1 = x.unsafe_load[width=w](i)
+        var x2 = x.unsafe_load[width=w](i + half)
         x.unsafe_store(i, x1 * c - x2 * s)
         x.unsafe_store(i + half, x2 * c + x1 * s)
 

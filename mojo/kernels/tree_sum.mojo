@@ -15,17 +15,17 @@ from engine.reduction import tree_reduce
 comptime TREE_SUM = Interface("out partials", "size count accumulate", "")
 
 
-def tree_sum(i: Int, args: Args):
-    """Task i: element i of out from partials [count, size]."""
+def tree_sum[w: SIMDLength](i: Int, args: Args):
+    """Elements [i, i + w) of out from partials [count, size]: an element-wise kernel, each lane its own tree."""
     var out = args.f32(0)
     var partials = args.f32(1)
     var size = args.size(0)
     var count = args.size(1)
 
-    def value(z: Int) {imm partials, imm size, imm i} -> Float32:
-        return partials.unsafe_load(z * size + i)
+    def value(z: Int) {imm partials, imm size, imm i} -> SIMD[DType.float32, w]:
+        return partials.unsafe_load[width=w](z * size + i)
 
-    var total = tree_reduce(value, count)
+    var total = tree_reduce[w](value, count)
     if args.flag(2):
-        total = out.unsafe_load(i) + total
+        total = out.unsafe_load[width=w](i) + total
     out.unsafe_store(i, total)
