@@ -302,7 +302,8 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
     c: F32Ptr, a: F32Ptr, panel: F32Ptr, m0: Int, n0: Int, M: Int, N: Int, K: Int, k_begin: Int, k_end: Int,
     accumulate: Bool,
 ):
-    """`rows` (≤ MR) rows × NR columns of C over k in [k_begin, k_end), from A and the packed panel."""
+    """`rows` (≤ MR) rows × NR columns of C over k in [k_begin, k_end), from A and the packed panel. With
+    transpose_a, `a` is the rows' block of the packed A (``pack_a_columns``): k-major, MR values a k."""
     var lo = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
     var hi = Array[SIMD[DType.float32, 8], rows](fill=SIMD[DType.float32, 8](0))
 
@@ -311,7 +312,8 @@ def cpu_micro_kernel[rows: Int, transpose_a: Bool](
         var b_lo = panel.unsafe_load[width=8]((k - k_begin) * NR)
         var b_hi = panel.unsafe_load[width=8]((k - k_begin) * NR + 8)
         comptime for r in range(rows):
-            var a_value = SIMD[DType.float32, 8](a.unsafe_load(a_index[transpose_a](m0 + r, k, M, K)))
+            var a_at = (k - k_begin) * MR + r if transpose_a else a_index[transpose_a](m0 + r, k, M, K)
+            var a_value = SIMD[DType.float32, 8](a.unsafe_load(a_at))
             lo[r] = a_value.fma(b_lo, lo[r])
             hi[r] = a_value.fma(b_hi, hi[r])
 
@@ -347,14 +349,20 @@ def cpu_rows[transpose_a: Bool](
     c: F32Ptr, a: F32Ptr, panel: F32Ptr, m_begin: Int, m_end: Int, n0: Int, M: Int, N: Int, K: Int,
     k_begin: Int, k_end: Int, accumulate: Bool,
 ):
-    """Rows [m_begin, m_end) of C's 16 columns from n0: MR rows a block, then the last few together."""
+    """Rows [m_begin, m_end) of C's 16 columns from n0: MR rows a block, then the last few together (with
+    transpose_a, `a` is those rows' packed A: ``pack_a_columns``)."""
+
+    @always_inline
+    def block(m0: Int) {imm a, imm m_begin, imm k_begin, imm k_end} -> F32Ptr:
+        return a.unsafe_offset((m0 - m_begin) // MR * (k_end - k_begin) * MR) if transpose_a else a
+
     var m0 = m_begin
     while m0 + MR <= m_end:
-        cpu_micro_kernel[MR, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+        cpu_micro_kernel[MR, transpose_a](c, block(m0), panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
         m0 += MR
     comptime for rows in range(1, MR):
         if m_end - m0 == rows:
-            cpu_micro_kernel[rows, transpose_a](c, a, panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
+            cpu_micro_kernel[rows, transpose_a](c, block(m0), panel, m0, n0, M, N, K, k_begin, k_end, accumulate)
 
 
 comptime Row8 = SIMD[DType.float32, 8]
@@ -406,6 +414,24 @@ def pack_panel[transpose_b: Bool](panel: F32Ptr, b: F32Ptr, n0: Int, N: Int, K: 
             row.unsafe_store(j, b.unsafe_load(b_index[transpose_b](kk, n, K, N)) if n < N else Float32(0))
 
 
+@always_inline
+def pack_a_columns(packed: F32Ptr, a: F32Ptr, m_begin: Int, m_end: Int, M: Int, k_begin: Int, k_end: Int):
+    """A transposed A's rows [m_begin, m_end) over k in [k_begin, k_end) (a(m, k) = A[k·M + m]) as blocks of MR
+    rows, each k-major with MR values a k, read along m: the micro-kernel's strided loads of A (a stride of M
+    floats, which for M a power of two keeps hitting the same cache sets) become sequential. A copy: same bits."""
+    var block_stride = (k_end - k_begin) * MR
+    for k in range(k_begin, k_end):
+        var source = a.unsafe_offset(k * M + m_begin)
+        var target = packed.unsafe_offset((k - k_begin) * MR)
+        var r = 0
+        for j in range(m_end - m_begin):
+            target.unsafe_store(r, source.unsafe_load(j))
+            r += 1
+            if r == MR:
+                r = 0
+                target = target.unsafe_offset(block_stride)
+
+
 def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, ranges: Int, length: Int,
     accumulate: Bool,
@@ -424,6 +450,8 @@ def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
 
     def task_range(begin: Int, end: Int) {imm c, imm a, imm b, imm M, imm N, imm K, imm length, imm span, imm accumulate, imm column_blocks, imm row_tasks, imm rows_per_task}:
         var panel = f32_at(Int(alloc[Float32](span * NR, alignment=64)))
+        var a_panel = f32_at(Int(alloc[Float32](span * rows_per_task if transpose_a else 1, alignment=64)))
+        var packed_rows = -1  # the (range, row task) whose A a_panel holds: consecutive tasks share it
         for task in range(begin, end):
             var z = task // (column_blocks * row_tasks)
             var in_range = task % (column_blocks * row_tasks)
@@ -431,10 +459,17 @@ def gemm_cpu[transpose_a: Bool, transpose_b: Bool](
             var m_begin = (in_range // column_blocks) * rows_per_task
             var k_begin = z * length
             var k_end = min(K, k_begin + length)
+            var m_end = min(M, m_begin + rows_per_task)
             pack_panel[transpose_b](panel, b, n0, N, K, k_begin, k_end)
-            cpu_rows[transpose_a](c.unsafe_offset(z * M * N), a, panel, m_begin, min(M, m_begin + rows_per_task), n0,
+            comptime if transpose_a:
+                var rows_key = task // column_blocks
+                if rows_key != packed_rows:
+                    pack_a_columns(a_panel, a, m_begin, m_end, M, k_begin, k_end)
+                    packed_rows = rows_key
+            cpu_rows[transpose_a](c.unsafe_offset(z * M * N), a_panel if transpose_a else a, panel, m_begin, m_end, n0,
                                   M, N, K, k_begin, k_end, accumulate)
         panel.unsafe_free()
+        a_panel.unsafe_free()
 
     cpu_parallel_for(dev, task_range, ranges * column_blocks * row_tasks)
 
