@@ -144,8 +144,6 @@ class Trainer:
                                              "numerics": mode, "resume": resume is not None,
                                              "training": bool(training)})
         world = World.of(executor, mesh)
-        check_world(run, world, numerics if numerics is not None else None if resume is not None else numeric_mode(),
-                    executor)
         late = run.late_interaction
         geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
                                    objective=run.objective, max_columns=run.batch.max_columns_per_row,
@@ -160,13 +158,13 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
             state, step, saved_numerics = loaded
             numerics = numerics or run_numerics(saved_numerics, executor)
-            check_world(run, world, numerics, executor)
         else:
             contrastive_run = run.contrastive
             state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
                                                           contrastive_run.bias, late.inverse_temperature, late.bias))
             step = 0
             numerics = numerics or run_numerics(None, executor)
+        check_world(run, world, numerics)
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
         replicas = [EncoderModel(device, geometry, state, widths, training=training, numerics=numerics)
                     for device in executor.devices]

@@ -95,8 +95,9 @@ def world_run(run, size: int):
                            if is_dataclass(getattr(run, f.name))})
 
 
-def check_world(run, world: World, numerics: str | None, executor) -> None:
-    """Refuse a world of several devices the split-independent step does not cover yet (docs/mesh.md)."""
+def check_world(run, world: World, numerics: str) -> None:
+    """Refuse a world of several devices the split-independent step does not cover yet (docs/mesh.md); numerics:
+    the run's mode, resolved (a resumed run's from its checkpoint)."""
     if world.size == 1:
         return
     where = f"a world of {world.size} devices"
@@ -263,7 +264,7 @@ class GradientReducer:
 
     def __call__(self) -> None:
         world = self.world
-        if world.collectives is None and world.local == 1:
+        if world.size == 1 and not self.on_device:  # alone (an NCCL world of one still runs its gather)
             return
         if self.on_device:
             self._reduce_on_device()
