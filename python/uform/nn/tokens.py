@@ -57,7 +57,7 @@ class TokenInputs:
         if not fast:
             grouped = self.offsets.view(0, offsets.size)
             grouped.write(offsets)
-            K.embedding_backward(dtable, d_out, self.order, grouped, width, partials=partials if row_length else None)
+            K.embedding_backward(dtable, d_out, self.order, grouped, width, partials=partials)
             return
         chunk_starts, id_chunks = K.embedding_chunks(offsets)
         starts = self.chunk_starts.view(0, chunk_starts.size)

@@ -455,15 +455,18 @@ class EncoderModel(ResidentState):
     def embeddings(self, batch: StepBatch, width: int) -> np.ndarray:
         """Forward only: every packed segment's mean final state, its first `width` dims L2-normalised,
         (segments, width) float32."""
-        H = self.geometry.hidden
         buffers, _ = self._forward(batch)
-        segments = len(batch.segment_starts)
-        p = self._pooling((segments, width))
+        p = self._pool(buffers.y, batch, width)
+        K.l2_normalize_forward(p.unit, p.inverse, p.pooled, width, self.geometry.hidden)
+        return p.unit.numpy()
+
+    def _pool(self, y: Buffer, batch: StepBatch, width: int) -> PoolingBuffers:
+        """The pooling buffers of this device's segments at `width`, their mean final states (of y) in pooled."""
+        p = self._pooling((len(batch.segment_starts), width))
         p.starts.write(batch.segment_starts)
         p.lengths.write(batch.segment_lengths)
-        K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
-        K.l2_normalize_forward(p.unit, p.inverse, p.pooled, width, H)
-        return p.unit.numpy()
+        K.pool_forward(p.pooled, y, p.starts, p.lengths, self.geometry.hidden)
+        return p
 
     def _allocate_pooling(self, key: tuple[int, int]) -> PoolingBuffers:
         segments, width = key
@@ -635,14 +638,10 @@ class EncoderModel(ResidentState):
 
     def _pool_local(self, buffers: EncoderBuffers, batch: StepBatch) -> np.ndarray:
         """The mean final state of each of this device's segments, (S, hidden) float32, downloaded for the world."""
-        H, S = self.geometry.hidden, len(batch.segment_starts)
-        if S == 0:
+        H = self.geometry.hidden
+        if len(batch.segment_starts) == 0:
             return np.empty((0, H), np.float32)
-        p = self._pooling((S, H))
-        p.starts.write(batch.segment_starts)
-        p.lengths.write(batch.segment_lengths)
-        K.pool_forward(p.pooled, buffers.y, p.starts, p.lengths, H)
-        return p.pooled.numpy()
+        return self._pool(buffers.y, batch, H).pooled.numpy()
 
     def _contrastive(self, buffers: EncoderBuffers, batch: StepBatch, world_pooled: np.ndarray | None,
                      with_gradient: bool, accumulate: bool) -> list[Buffer]:
