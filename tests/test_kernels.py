@@ -81,3 +81,12 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
                      residues=residues)
         results.append(c.numpy().view(np.uint32))
     assert np.array_equal(results[0], results[1])
+
+
+def test_gemm_refuses_k_ranges_it_does_not_define(device):
+    """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
+    a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))
+    with pytest.raises(ValueError, match="k_range must be 0, or positive for an Aᵀ·B product, got 4"):
+        K.gemm(c, a, b, 4, 4, 8, k_range=4)
+    with pytest.raises(ValueError, match="got -1"):
+        K.gemm(c, a, b, 4, 4, 8, transpose_a=True, k_range=-1)
