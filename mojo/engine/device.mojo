@@ -9,12 +9,16 @@ launch and copy is queued there in order.
 
 from std.collections import Dict, Optional
 from std.ffi import external_call
-from max.gpu.host import DeviceBuffer, DeviceContext
+from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
+from engine.gil import GilReleased
 from engine.target import HAS_ACCELERATOR
 
 comptime F32Ptr = Pointer[Float32, MutUntrackedOrigin]  # plain addresses: the engine manages lifetimes itself
 comptime I32Ptr = Pointer[Int32, MutUntrackedOrigin]
 comptime BytePtr = Pointer[UInt8, MutUntrackedOrigin]
+comptime STAGED_UPLOAD_LIMIT = 1 << 25  # uploads up to this many bytes go through the pinned staging memory
+comptime FIRST_STAGING_BYTES = 1 << 22  # the staging memory's first size; it doubles when a step needs more
+comptime STAGING_ALIGNMENT = 256
 
 
 def f32_at(address: Int) -> F32Ptr:
@@ -51,6 +55,8 @@ struct Device(Movable, Writable, Defaultable):
     var gpu_buffers: Dict[Int, DeviceBuffer[DType.uint8]]
     var host_buffers: Dict[Int, Int]  # address -> size, for the CPU device
     var split_cost_ns: Int  # the CPU: what handing work to the worker threads costs (cpu_parallel_for)
+    var staging: Optional[HostBuffer[DType.uint8]]  # a GPU's pinned host memory that small uploads go through
+    var staged: Int  # its bytes holding uploads queued since the device last finished its work
 
     def __init__(out self):
         self.ordinal = -1
@@ -58,6 +64,8 @@ struct Device(Movable, Writable, Defaultable):
         self.gpu_buffers = Dict[Int, DeviceBuffer[DType.uint8]]()
         self.host_buffers = Dict[Int, Int]()
         self.split_cost_ns = 50_000
+        self.staging = None
+        self.staged = 0
 
     def open(mut self, ordinal: Int) raises:
         """Bind to the CPU (ordinal -1) or to GPU `ordinal`."""
@@ -109,19 +117,52 @@ struct Device(Movable, Writable, Defaultable):
         return self.gpu_buffers[address].create_sub_buffer[DType.uint8](0, size)
 
     def upload(mut self, address: Int, host: Int, size: Int) raises:
-        """Copy `size` bytes from host memory to the allocation at `address`."""
+        """Copy `size` bytes from host memory to the allocation at `address`, in the order of the device's queue.
+
+        On a GPU, a copy from pageable memory would first wait for all the work queued before it, stopping the
+        host mid-step (a batch's inputs are written after the previous step's kernels are queued, a head's
+        targets after the forward's). So an upload of up to STAGED_UPLOAD_LIMIT bytes is copied into pinned
+        staging memory at once and queued from there, and the host goes on; the staging is reused after the
+        device's next synchronize. A larger upload (parameters, checkpoints) copies from pageable memory, waiting
+        without the GIL."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().enqueue_copy(self.allocation(address, size), bytes_at(host))
+                var destination = self.allocation(address, size)
+                if size <= STAGED_UPLOAD_LIMIT:
+                    var staged = self.stage(host, size)
+                    self.ctx().enqueue_copy(destination, staged)
+                    return
+                with GilReleased():
+                    self.ctx().enqueue_copy(destination, bytes_at(host))
             return
         host_copy(address, host, size)
 
+    def stage(mut self, host: Int, size: Int) raises -> BytePtr:
+        """`size` bytes of host memory copied into the pinned staging memory, where no queued copy still reads.
+        When the staging is full, the device finishes its queue first (its copies then read nothing) and the
+        staging grows to hold twice what was asked of it."""
+        var offset = self.staged
+        var capacity = len(self.staging.value()) if self.staging else 0
+        if offset + size > capacity:
+            self.synchronize()
+            offset = 0
+            if size > capacity:
+                var grown = max(FIRST_STAGING_BYTES, 2 * capacity, 2 * size)
+                self.staging = None
+                self.staging = self.ctx().enqueue_create_host_buffer[DType.uint8](grown)
+                self.ctx().synchronize()
+        var staged = BytePtr(unsafe_from_address=Int(self.staging.value().unsafe_ptr()) + offset)
+        host_copy(Int(staged), host, size)
+        self.staged = offset + (size + STAGING_ALIGNMENT - 1) // STAGING_ALIGNMENT * STAGING_ALIGNMENT
+        return staged
+
     def download(mut self, host: Int, address: Int, size: Int) raises:
-        """Copy `size` bytes from the allocation at `address` to host memory, and wait."""
+        """Copy `size` bytes from the allocation at `address` to host memory, and wait (on a GPU, without the GIL)."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().enqueue_copy(bytes_at(host), self.allocation(address, size))
-                self.ctx().synchronize()
+                var source = self.allocation(address, size)
+                self.ctx().enqueue_copy(bytes_at(host), source)
+                self.synchronize()
             return
         host_copy(host, address, size)
 
@@ -134,9 +175,12 @@ struct Device(Movable, Writable, Defaultable):
         host_copy(destination, source, size)
 
     def synchronize(mut self) raises:
+        """Wait for the work queued on this device (on a GPU, without the GIL)."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                self.ctx().synchronize()
+                with GilReleased():
+                    self.ctx().synchronize()
+                self.staged = 0  # the queue is empty: no copy reads the staging any more
 
     def write_to[W: Writer](self, mut writer: W):
         if self.ordinal < 0:

@@ -13,6 +13,7 @@ the CPU the size is first tried with the C library's ``malloc`` (and freed).
 from __future__ import annotations
 
 import ctypes
+import threading
 from functools import cached_property
 
 import numpy as np
@@ -51,6 +52,10 @@ class Device:
         self.ordinal = int(ordinal)
         self.allocated_bytes = 0  # held now by this device's buffers
         self.peak_bytes = 0       # the most ever held at once
+        # Set while the host thread driving this device waits for it (a synchronize, a read back; a trainer also
+        # sets it while a step waits for its batch): work that may wait, such as preparing the next batch, runs
+        # then rather than taking the GIL from the thread launching the device's kernels.
+        self.host_waiting = threading.Event()
 
     @classmethod
     def cpu(cls) -> Device:
@@ -99,7 +104,15 @@ class Device:
             raise MemoryError(f"{self.name}: cannot allocate {nbytes} bytes: {error}") from None
 
     def synchronize(self) -> None:
-        self._handle.synchronize()
+        self.waiting_on(self._handle.synchronize)
+
+    def waiting_on(self, wait, *args):
+        """wait(*args), a call that blocks until the device (or a batch for it) is ready, with host_waiting set."""
+        self.host_waiting.set()
+        try:
+            return wait(*args)
+        finally:
+            self.host_waiting.clear()
 
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
@@ -168,7 +181,7 @@ class Buffer:
     def numpy(self) -> np.ndarray:
         self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
-        self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
+        self.device.waiting_on(self.device._handle.download, out.ctypes.data, self.address, self.nbytes)
         return out
 
     def __del__(self):

@@ -213,12 +213,15 @@ def test_joint_training_learns_pairs_and_bytes():
     assert accuracy > 2 * unigram
 
 
-def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path):
-    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run; a refused step
-    among them (an image in a text run) leaves the batches prepared after it keyed to the wrong step number, which
-    their steps notice and prepare again: the checkpoint is the blocking steps' all the same."""
+@pytest.mark.parametrize("on_gpu", [False] + ([True] if uform.gpu_count() else []), ids=lambda gpu: "gpu" if gpu
+                         else "cpu")
+def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path, on_gpu):
+    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run (on a GPU once
+    the step before waits for the device); a refused step among them (an image in a text run) leaves the batches
+    prepared after it keyed to the wrong step number, which their steps notice and prepare again: the checkpoint is
+    the blocking steps' all the same."""
     orders = [np.roll(np.arange(8), step) for step in range(5)]
-    executor = uform.Executor.for_ram()
+    executor = uform.Executor.for_vram([0]) if on_gpu else uform.Executor.for_ram()
     blocking = tiny(executor=executor)
     for order in orders:
         blocking.step([uform.Modality.TEXT] * 8, [TEXTS[i] for i in order])

@@ -1,0 +1,76 @@
+"""Copies between the host and a device keep the order of the device's queue (mojo/engine/device.mojo).
+
+On a GPU, small uploads go through pinned staging memory and return before the device has run the work queued
+ahead of them; these tests hold that every kernel still reads the values written just before it was launched,
+across the staging's growth and reuse, and that the host's array may change at once after the write. A wait on
+the GPU lets the host's other Python threads run.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import uform
+from uform import kernels as K
+
+MIB = 1 << 20
+
+
+def test_each_kernel_reads_the_values_written_before_it(device):
+    """Rounds of write x → y_i = x + x, with sizes from 1 KiB past the staging's first 4 MiB and past the 32 MiB
+    beyond which uploads copy from pageable memory; every y_i holds its own round's x doubled."""
+    rng = np.random.default_rng(0)
+    sizes = [256, 3 * MIB // 4, 6 * MIB // 4, 20 * MIB // 4, 256, 40 * MIB // 4, 3 * MIB // 4] * 2
+    x = device.empty(max(sizes))
+    doubled = []
+    for size in sizes:
+        values = rng.standard_normal(size).astype(np.float32)
+        view = x.view(0, size)
+        view.write(values)
+        expected = values + values
+        values[:] = np.nan  # the host's array is free to change once write() returns
+        y = device.empty(size)
+        K.add(y, view, view)
+        doubled.append((y, expected))
+    for y, expected in doubled:
+        np.testing.assert_array_equal(y.numpy(), expected)
+
+
+@pytest.mark.skipif(uform.gpu_count() == 0, reason="needs a GPU")
+def test_a_wait_on_the_gpu_lets_other_threads_run():
+    """While the host waits for ~0.1 s of queued GEMMs, a counting thread advances as it does while the host
+    sleeps (at least a third as fast), rather than standing still behind the GIL."""
+    gpu = uform.Device.gpu(0)
+    n = 2048
+    a = gpu.put(np.ones((n, n), np.float32))
+    c = gpu.empty((n, n))
+    K.gemm(c, a, a, n, n, n)
+    gpu.synchronize()
+    start = time.perf_counter()
+    K.gemm(c, a, a, n, n, n)
+    gpu.synchronize()
+    repeats = max(1, int(0.1 / max(time.perf_counter() - start, 1e-4)))
+
+    count, stop = [0], [False]
+
+    def spin():
+        while not stop[0]:
+            count[0] += 1
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        for _ in range(repeats):
+            K.gemm(c, a, a, n, n, n)
+        before, start = count[0], time.perf_counter()
+        gpu.synchronize()
+        waited, during = time.perf_counter() - start, count[0] - before
+        before, start = count[0], time.perf_counter()
+        time.sleep(waited)
+        slept, idle = time.perf_counter() - start, count[0] - before
+    finally:
+        stop[0] = True
+        thread.join()
+    assert during / waited >= idle / slept / 3, (during, waited, idle, slept)
