@@ -13,6 +13,7 @@ the CPU the size is first tried with the C library's ``malloc`` (and freed).
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from functools import cached_property
 
@@ -128,6 +129,16 @@ class Device:
         self._handle.copy(destination.address, source.address, source.nbytes)
 
 
+def shape_tuple(shape) -> tuple[int, ...]:
+    """A buffer's shape as a tuple of ints: an int is one dimension (plain Python on the common forms, since views
+    are made on every step's hot path)."""
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    if isinstance(shape, (tuple, list)) and all(isinstance(s, (int, np.integer)) for s in shape):
+        return tuple(int(s) for s in shape)
+    return tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+
+
 class Buffer:
     """One allocation on a device, with a shape and a dtype."""
 
@@ -136,7 +147,7 @@ class Buffer:
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"unsupported buffer dtype {dtype}; use one of {[str(d) for d in SUPPORTED_DTYPES]}")
         self.device = device
-        self.shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+        self.shape = shape_tuple(shape)
         self.dtype = dtype
         self.owner = view_of  # a view keeps its allocation alive and never frees it
         if view_of is None:
@@ -158,7 +169,7 @@ class Buffer:
 
     @cached_property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

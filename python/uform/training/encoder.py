@@ -136,12 +136,15 @@ class StepBatch:
     media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
     late: LateBatch | None = None    # the late-interaction rows and targets, if the run trains it
     choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
+    spans: np.ndarray = field(init=False)  # (rows·columns, 2) each position's attention span, made with the batch
 
     def __post_init__(self):
         if self.world_segments is None:
             self.world_segments = np.arange(len(self.segment_starts), dtype=np.int32)
         if self.world_lengths is None:
             self.world_lengths = self.segment_lengths
+        rows, columns = self.tokens.shape  # here, so that a batch prepared ahead has its spans ready too
+        self.spans = K.attention_spans(rows * columns, columns, self.token_segments)
 
     @property
     def world_segment_count(self) -> int:
@@ -440,7 +443,7 @@ class EncoderModel(ResidentState):
             np.repeat(batch.positions[..., None], POSITION_AXES, -1)
         tokens.positions.write(positions.reshape(n, POSITION_AXES))
         buffers.token_segments.write(batch.token_segments.reshape(-1))
-        tokens.spans.write(K.attention_spans(n, columns, batch.token_segments))
+        tokens.spans.write(batch.spans)
         media = batch.media_rows()
         if media is not None:
             self._embed_media(buffers, media)
