@@ -38,6 +38,28 @@ def test_each_kernel_reads_the_values_written_before_it(device):
         np.testing.assert_array_equal(y.numpy(), expected)
 
 
+def test_threads_sharing_a_device_each_read_their_own_values(device):
+    """Two threads write, double and read back on one device at once (each wait lets the other run, and both stage
+    uploads, past the staging's size): each reads its own values doubled, every round."""
+    failures = []
+
+    def rounds(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for size in (1000, 300_000, 1_500_000, 5_000) * 3:
+            values = rng.standard_normal(size).astype(np.float32)
+            x, y = device.put(values), device.empty(size)
+            K.add(y, x, x)
+            if not np.array_equal(y.numpy(), values + values):
+                failures.append((seed, size))
+
+    threads = [threading.Thread(target=rounds, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 @pytest.mark.skipif(uform.gpu_count() == 0, reason="needs a GPU")
 def test_a_wait_on_the_gpu_lets_other_threads_run():
     """While the host waits for ~0.1 s of queued GEMMs, a counting thread advances as it does while the host

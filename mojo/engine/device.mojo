@@ -139,22 +139,23 @@ struct Device(Movable, Writable, Defaultable):
 
     def stage(mut self, host: Int, size: Int) raises -> BytePtr:
         """`size` bytes of host memory copied into the pinned staging memory, where no queued copy still reads.
-        When the staging is full, the device finishes its queue first (its copies then read nothing) and the
-        staging grows to hold twice what was asked of it."""
-        var offset = self.staged
-        var capacity = len(self.staging.value()) if self.staging else 0
-        if offset + size > capacity:
-            self.synchronize()
-            offset = 0
-            if size > capacity:
-                var grown = max(FIRST_STAGING_BYTES, 2 * capacity, 2 * size)
-                self.staging = None
+        When the staging is full, the device finishes its queue first (its copies then read nothing); when it is
+        empty and still too small, it grows to twice what was asked of it. (Only `synchronize` releases the GIL
+        here, and it empties the staging only if no other thread staged an upload while it waited.)"""
+        while self.staged + size > self.staging_capacity():
+            if self.staged == 0:
+                var grown = max(FIRST_STAGING_BYTES, 2 * self.staging_capacity(), 2 * size)
+                self.staging = None  # no queued copy reads it: the last synchronize emptied it
                 self.staging = self.ctx().enqueue_create_host_buffer[DType.uint8](grown)
-                self.ctx().synchronize()
+            self.synchronize()
+        var offset = self.staged
         var staged = BytePtr(unsafe_from_address=Int(self.staging.value().unsafe_ptr()) + offset)
         host_copy(Int(staged), host, size)
         self.staged = offset + (size + STAGING_ALIGNMENT - 1) // STAGING_ALIGNMENT * STAGING_ALIGNMENT
         return staged
+
+    def staging_capacity(self) -> Int:
+        return len(self.staging.value()) if self.staging else 0
 
     def download(mut self, host: Int, address: Int, size: Int) raises:
         """Copy `size` bytes from the allocation at `address` to host memory, and wait (on a GPU, without the GIL)."""
@@ -178,9 +179,11 @@ struct Device(Movable, Writable, Defaultable):
         """Wait for the work queued on this device (on a GPU, without the GIL)."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
+                var staged = self.staged
                 with GilReleased():
                     self.ctx().synchronize()
-                self.staged = 0  # the queue is empty: no copy reads the staging any more
+                if self.staged == staged:  # no other thread staged an upload meanwhile: no copy reads the staging
+                    self.staged = 0
 
     def write_to[W: Writer](self, mut writer: W):
         if self.ordinal < 0:
