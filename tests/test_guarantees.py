@@ -288,7 +288,7 @@ def test_values_gradient_check_sees_every_value_adamw_cannot_apply():
 
 
 def test_values_non_finite_gradient_refuses_step_one(monkeypatch):
-    monkeypatch.setattr(ResidentState, "gradient_problem", lambda self: "a gradient value is not finite")
+    monkeypatch.setattr(ResidentState, "summed_gradient_problem", lambda self: "a gradient value is not finite")
     trainer = lm()
     before = state_sha256(trainer.export_state())
     with pytest.raises(UFormError, match="a gradient value is not finite"):

@@ -10,6 +10,7 @@ launch and copy is queued there in order.
 from std.collections import Dict, Optional
 from std.ffi import external_call
 from max.gpu.host import DeviceBuffer, DeviceContext
+from engine.plan import Plan
 from engine.target import HAS_ACCELERATOR
 
 comptime F32Ptr = Pointer[Float32, MutUntrackedOrigin]  # plain addresses: the engine manages lifetimes itself
@@ -51,6 +52,8 @@ struct Device(Movable, Writable, Defaultable):
     var gpu_buffers: Dict[Int, DeviceBuffer[DType.uint8]]
     var host_buffers: Dict[Int, Int]  # address -> size, for the CPU device
     var split_cost_ns: Int  # the CPU: what handing work to the worker threads costs (cpu_parallel_for)
+    var recording: Optional[Plan]  # the plan being recorded, if one is (engine.plan)
+    var plans: List[Optional[Plan]]  # the recorded plans by id (None: freed)
 
     def __init__(out self):
         self.ordinal = -1
@@ -58,6 +61,8 @@ struct Device(Movable, Writable, Defaultable):
         self.gpu_buffers = Dict[Int, DeviceBuffer[DType.uint8]]()
         self.host_buffers = Dict[Int, Int]()
         self.split_cost_ns = 50_000
+        self.recording = None
+        self.plans = List[Optional[Plan]]()
 
     def open(mut self, ordinal: Int) raises:
         """Bind to the CPU (ordinal -1) or to GPU `ordinal`."""
@@ -108,8 +113,14 @@ struct Device(Movable, Writable, Defaultable):
             raise Error("address ", address, " is not the start of an allocation on ", self)
         return self.gpu_buffers[address].create_sub_buffer[DType.uint8](0, size)
 
+    def not_recording(self, what: StaticString) raises:
+        """Copies run when called, so a plan never holds one: refuse them while a plan is recorded."""
+        if self.recording:
+            raise Error("a ", what, " while a plan is being recorded on ", self, " (copies are not recorded)")
+
     def upload(mut self, address: Int, host: Int, size: Int) raises:
         """Copy `size` bytes from host memory to the allocation at `address`."""
+        self.not_recording("upload")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 self.ctx().enqueue_copy(self.allocation(address, size), bytes_at(host))
@@ -118,6 +129,7 @@ struct Device(Movable, Writable, Defaultable):
 
     def download(mut self, host: Int, address: Int, size: Int) raises:
         """Copy `size` bytes from the allocation at `address` to host memory, and wait."""
+        self.not_recording("download")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 self.ctx().enqueue_copy(bytes_at(host), self.allocation(address, size))
@@ -127,6 +139,7 @@ struct Device(Movable, Writable, Defaultable):
 
     def copy(mut self, destination: Int, source: Int, size: Int) raises:
         """Copy `size` bytes between two allocations of this device."""
+        self.not_recording("copy")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 self.ctx().enqueue_copy(self.allocation(destination, size), self.allocation(source, size))

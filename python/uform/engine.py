@@ -8,11 +8,15 @@ in with :meth:`Device.put` and come back with :meth:`Buffer.numpy`.
 An allocation the device cannot serve raises ``MemoryError`` naming the device
 and the size. The engine aborts the process on a failed host allocation, so on
 the CPU the size is first tried with the C library's ``malloc`` (and freed).
+
+:meth:`Device.record` turns the kernel launches a function makes into a :class:`Plan`,
+replayed with one engine call (``mojo/engine/plan.mojo``).
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from functools import cached_property
 
 import numpy as np
@@ -51,6 +55,8 @@ class Device:
         self.ordinal = int(ordinal)
         self.allocated_bytes = 0  # held now by this device's buffers
         self.peak_bytes = 0       # the most ever held at once
+        self._scratch: Buffer | None = None
+        self._recorded_scratch: list[Buffer] | None = None  # the workspaces a recording plan reads
 
     @classmethod
     def cpu(cls) -> Device:
@@ -104,15 +110,51 @@ class Device:
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
         needs one (calls on one device run in order, so one call's scratch is free when the next starts)."""
-        if getattr(self, "_scratch", None) is None or self._scratch.size < size:
+        if self._scratch is None or self._scratch.size < size:
             self._scratch = None
             self._scratch = Buffer(self, max(size, 1))
+        if self._recorded_scratch is not None:  # the plan keeps it, even once a larger one replaces it here
+            self._recorded_scratch.append(self._scratch)
         return self._scratch
+
+    def record(self, launches: Callable[[], None], *, keep: tuple = (), graph: bool = True) -> Plan:
+        """The kernel launches `launches()` makes on this device, recorded (not run) as a Plan.
+
+        Only launches are recorded: an upload, a download or a copy inside raises, so whatever changes between
+        replays must be written to its buffers before each ``Plan.run()``. The plan holds addresses: `keep` (any
+        objects) and the workspaces the launches took stay alive as long as the plan. graph: on a GPU, replay the
+        plan as one device graph; else (and always on the CPU) as a loop over the launches."""
+        self._handle.plan_begin()
+        self._recorded_scratch = []
+        try:
+            launches()
+        except BaseException:
+            self._handle.plan_free(self._handle.plan_end(False))
+            raise
+        finally:
+            scratch, self._recorded_scratch = self._recorded_scratch, None
+        return Plan(self, int(self._handle.plan_end(bool(graph))), (*keep, *scratch))
 
     def copy(self, destination: Buffer, source: Buffer) -> None:
         if destination.nbytes != source.nbytes:
             raise ValueError(f"copy between buffers of {source.nbytes} and {destination.nbytes} bytes")
         self._handle.copy(destination.address, source.address, source.nbytes)
+
+
+class Plan:
+    """Kernel launches recorded on a device (``Device.record``), replayed by ``run()`` in one engine call, with the
+    same operands and in the same order as recorded: the same bits as the launches themselves."""
+
+    def __init__(self, device: Device, id: int, keep: tuple):
+        self.device, self.id, self._keep = device, id, keep
+
+    def run(self) -> None:
+        self.device._handle.plan_run(self.id)
+
+    def __del__(self):
+        if getattr(self, "id", None) is not None:
+            self.device._handle.plan_free(self.id)
+            self.id = None
 
 
 class Buffer:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as K
-from ..engine import Buffer, Device
+from ..engine import Buffer, Device, Plan
 
 STATE_ARRAYS = ("parameters", "m", "v")
 """The arrays of a HostState, in the order checkpoints store them."""
@@ -158,11 +158,13 @@ class ResidentState:
     overwrites the gradient; ``adamw`` then updates parameters and moments in place."""
 
     def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW, *,
-                 training: bool = True, numerics: str = "identical"):
+                 training: bool = True, numerics: str = "identical", plans: str = "off"):
         """training=False keeps the parameters alone on the device (no gradient, no moments): a state
         that only runs forward passes, in a third of the memory. numerics: the run's numeric mode; `fast`
-        says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical."""
+        says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical.
+        plans: how the model replays recorded launches (``step_plans``): "off", "loop" or "graph"."""
         self.device = device
+        self.plans = plans
         self.numerics = numerics
         self.fast = numerics == "fast" and device.is_gpu
         self.registry = registry
@@ -177,6 +179,9 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
+            # AdamW's step scalars for the update's plan: a row for the runs that decay, a row for the rest
+            self._step_scalars = device.empty((2, 3))
+            self._update: Plan | None = None
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -204,8 +209,16 @@ class ResidentState:
         GUARD_COLUMNS column sums on the device (plus one for a tail) and those are checked on the host: a
         NaN or an infinity always reaches its column's sum; a value too large to square in float32 (past
         LARGEST_SQUARABLE) does unless values of opposite signs in its column bring the sum back under."""
+        self.sum_gradient()
+        return self.summed_gradient_problem()
+
+    def sum_gradient(self) -> None:
+        """gradient_problem's launches: the gradient's column sums, on the device."""
         for part, rows, columns, out, partial in self._guard:
             K.column_sum(out, part, rows, columns, partial=partial)
+
+    def summed_gradient_problem(self) -> str | None:
+        """gradient_problem's verdict on the sums sum_gradient left on the device (downloads them)."""
         sums = self._guard_sums.numpy()
         if not np.all(np.isfinite(sums)):
             return "a gradient value is not finite"
@@ -214,9 +227,24 @@ class ResidentState:
         return None
 
     def adamw(self, *, step: int, lr: float) -> None:
-        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
+        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order; with
+        plans, replayed from the update's plan (recorded once), the step's scalars written first."""
+        hyper = self.optimizer
+        if self.plans == "off":
+            self._adamw_launches(step=step, lr=lr)
+            return
+        if self._update is None:
+            self._update = self.device.record(lambda: self._adamw_launches(step=1, lr=lr, planned=True),
+                                              graph=self.plans == "graph")
+        self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
+                                  for decay in (hyper.weight_decay, 0.0)])
+        self._update.run()
+
+    def _adamw_launches(self, *, step: int, lr: float, planned: bool = False) -> None:
+        """adamw's launches; planned: reading the step's scalars from _step_scalars, whatever step and lr say."""
         hyper = self.optimizer
         for run in self.decay_runs:
             K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
                     self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
-                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0)
+                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
+                    step_scalars=self._step_scalars.view(0 if run.decays else 3, 3) if planned else None)
