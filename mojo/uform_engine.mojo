@@ -19,7 +19,7 @@ from engine.launch import (
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum)
+                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -118,6 +118,7 @@ def engine_facts() raises -> PythonObject:
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
+    facts["largest_squarable"] = PythonObject(verdict.LARGEST_SQUARABLE)
     return facts
 
 
@@ -394,6 +395,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)
         elements[adamw.adamw](m, k, "adamw", adamw.ADAMW)
+        rows_of[verdict.step_verdict](m, k, "step_verdict", verdict.STEP_VERDICT)
         index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
         index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)
         index[contrastive.l2_normalize_forward](m, k, "l2_normalize_forward", contrastive.L2_NORMALIZE_FORWARD)

@@ -101,3 +101,23 @@ def test_adamw_reads_the_step_scalars_of_a_buffer_with_the_same_bits():
                     step_scalars=scalars if planned else None, **hyper)
         results.append([buffer.numpy().tobytes() for buffer in (params, m, v)])
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("where", ["losses", "sums"])
+def test_the_device_verdict_is_the_host_verdict(where):
+    """step_verdict refuses exactly the values the host refuses (the losses' mean not finite; a check sum not finite
+    or past LARGEST_SQUARABLE), so a replayed update skips itself exactly on the steps the trainer refuses."""
+    device = uform.Device.cpu()
+    limit = np.float32(K.LARGEST_SQUARABLE)
+    edge = [np.nextafter(limit, np.float32(0)), limit, np.nextafter(limit, np.float32(np.inf))]
+    values = [np.float32(v) for v in (1.0, -2.5, np.inf, -np.inf, np.nan, 3e38, -3e38, 0.0)] + edge + [-v for v in edge]
+    verdict = device.empty(1)
+    for value in values:
+        losses = np.ones(5, np.float32)
+        sums = np.ones(9, np.float32)
+        (losses if where == "losses" else sums)[3] = value
+        K.step_verdict(verdict, device.put(losses), device.put(sums))
+        host_ok = np.isfinite(np.sum(losses, dtype=np.float64)) and np.all(np.isfinite(sums)) and \
+            float(np.max(np.abs(sums))) <= K.LARGEST_SQUARABLE
+        assert verdict.numpy()[0] == (1.0 if host_ok else 0.0), value
+    assert K.LARGEST_SQUARABLE == float(np.sqrt(np.finfo(np.float32).max))

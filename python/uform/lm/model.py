@@ -5,13 +5,13 @@ their gradient, the AdamW moments, in ``parameter_registry`` order) with the pas
 blocks are ``uform.nn.TransformerStack``; the float64 twin of this model is
 ``uform.reference.lm_numpy``.
 
-A training step in identical mode is replayed from plans (``Device.record``): the launches of the
-forward, the loss, the backward and the gradient check's sums are recorded once per geometry, and
-the update's once per learning rate (``ResidentState.adamw``); what changes from step to step (ids,
-targets, the embedding backward's grouping, AdamW's step scalars) is written to their buffers
-before each replay. ``UFORM_STEP_PLANS`` picks how: "graph" (the default: a device graph on a GPU,
-the loop of launches on the CPU), "loop", or "off" (each launch from Python, as evaluation and fast
-mode always run).
+A training step of a resident session in identical mode is replayed from a plan (``Device.record``):
+the launches of the forward, the loss, the backward, the gradient check and the update, recorded once
+per geometry; what changes from step to step (ids, targets, the embedding backward's grouping, AdamW's
+step scalars) is written to their buffers before each replay, and the update reads the device's own
+verdict on the step (``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
+(the default: a device graph on a GPU, the loop of launches on the CPU), "loop", or "off" (each launch
+from Python, as evaluation and fast mode always run).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class BatchBuffers:
 
     tokens: TokenInputs
     head: CrossEntropyHead
-    step: Plan | None = None  # the training step's launches up to the update, once recorded
+    step: Plan | None = None  # the training step's launches, once recorded
 
 
 STEP_PLAN_MODES = ("graph", "loop", "off")
@@ -122,22 +122,24 @@ class DeviceModel(ResidentState):
         K.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(tokens.ids.size).work.dh, tokens.order,
                              tokens.offsets, self.shape.width)
 
-    def gradient_step(self, ids: np.ndarray) -> np.ndarray:
-        """A training step up to the update, replayed from the geometry's plan (recorded on first use): the
-        per-position losses of ids (B, T + 1) (downloaded), the mean loss's gradient in self.gradients and the
-        gradient check's sums (``summed_gradient_problem``). The same launches as forward, losses, backward and
-        gradient_problem, run whether or not the loss is finite."""
+    def planned_step(self, ids: np.ndarray, *, step: int, lr: float) -> np.ndarray:
+        """Training step `step` at `lr` on ids (B, T + 1), replayed from the geometry's plan (recorded on first
+        use): forward, losses, backward, the gradient check and the update, which the device skips on its own
+        verdict (``update_launches``). Answers the per-position losses, downloaded: the step's one wait; the
+        check's sums stay for ``summed_gradient_problem``. The same launches as forward, losses, backward,
+        gradient_problem and adamw, all run whatever the verdict."""
         inputs, targets = ids[:, :-1], ids[:, 1:]
         buffers = self.buffers(*inputs.shape)
         buffers.tokens.ids.write(inputs.reshape(-1))
         buffers.head.targets.write(targets.reshape(-1))
         buffers.tokens.write_groups(inputs, self.shape.vocab_size)
+        self.write_step_scalars(step=step, lr=lr)
         if buffers.step is None:
             def launches():
                 self._forward(buffers)
                 buffers.head.cross_entropy(grad_scale=1.0 / targets.size, with_gradient=True)
                 self._backward(buffers)
-                self.sum_gradient()
+                self.update_launches(buffers.head.losses)
 
             # The plan keeps the stack's buffers it reads alive, even should the stack's cache drop them.
             buffers.step = self.device.record(launches, keep=(self.stack.buffers(inputs.size),),

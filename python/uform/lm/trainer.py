@@ -193,30 +193,12 @@ class LanguageModelTrainer:
         self._check_alive()
         ids = self._train_ids(ids, "train_step")
         model = self._open()
-        step = self._state["step"] + 1
-        if model.plans != "off":  # one replay up to the update and one download, then the checks
-            losses = self._engine_call(lambda: model.gradient_step(ids))
-            problem = self._loss_problem(losses)
-            if problem is None:
-                problem = self._engine_call(model.summed_gradient_problem)
-        else:
-            def run():
-                buffers = model.forward(ids[:, :-1])
-                return buffers, model.losses(buffers, ids[:, 1:], with_gradient=True)
-
-            buffers, losses = self._engine_call(run)
-            problem = self._loss_problem(losses)
-            if problem is None:
-                self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
-                problem = self._engine_call(model.gradient_problem)
+        step, lr = self._state["step"] + 1, self._state["hyperparameters"]["lr"]
+        losses, problem = (self._replayed_step if model.plans != "off" else self._launched_step)(model, ids, step, lr)
         if problem is not None:
             self._gradient_ready = False
             self._close_if_stateless()
             raise refused(f"train_step: {problem}; the step was rolled back")
-        with applied_whole():
-            self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
-            self._state["step"] = step
-            self._gradient_ready = True
         result = {"loss": mean_loss(losses), "step": step, "completed_steps": step, "next_batch_index": step}
         if self._step_result == "full":
             flat = self._engine_call(model.gradients.numpy)
@@ -226,6 +208,39 @@ class LanguageModelTrainer:
             result["flags"] = {"resident": self._resident, "loss_finite": True}
         self._close_if_stateless()
         return result
+
+    def _launched_step(self, model: DeviceModel, ids: np.ndarray, step: int, lr: float):
+        """A step launched from Python: the losses, then the backward and the gradient check only if they are
+        finite, then the update only if the gradient passes. Answers (losses, what refused the step or None)."""
+        def run():
+            buffers = model.forward(ids[:, :-1])
+            return buffers, model.losses(buffers, ids[:, 1:], with_gradient=True)
+
+        buffers, losses = self._engine_call(run)
+        problem = self._loss_problem(losses)
+        if problem is None:
+            self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
+            problem = self._engine_call(model.gradient_problem)
+        if problem is None:
+            with applied_whole():
+                self._engine_call(lambda: model.adamw(step=step, lr=lr))
+                self._complete(step)
+        return losses, problem
+
+    def _replayed_step(self, model: DeviceModel, ids: np.ndarray, step: int, lr: float):
+        """A step replayed from its plan, update included (``DeviceModel.planned_step``): the device skips the
+        update on the verdict the host then takes on the losses and the gradient check's sums, so a refused step
+        changes nothing here either. Answers (losses, what refused the step or None)."""
+        with applied_whole():  # the update runs in the replay: it and the step count are applied whole
+            losses = self._engine_call(lambda: model.planned_step(ids, step=step, lr=lr))
+            problem = self._loss_problem(losses) or self._engine_call(model.summed_gradient_problem)
+            if problem is None:
+                self._complete(step)
+        return losses, problem
+
+    def _complete(self, step: int) -> None:
+        self._state["step"] = step
+        self._gradient_ready = True
 
     @staticmethod
     def _loss_problem(losses: np.ndarray) -> str | None:

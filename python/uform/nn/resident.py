@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as K
-from ..engine import Buffer, Device, Plan
+from ..engine import Buffer, Device
 
 STATE_ARRAYS = ("parameters", "m", "v")
 """The arrays of a HostState, in the order checkpoints store them."""
@@ -36,8 +36,9 @@ MIN_EPS = float(np.finfo(np.float32).tiny)
 """The smallest AdamW ε: a zero (or a subnormal a GPU flushes to zero) makes 0/0 = NaN of a zero gradient."""
 GUARD_COLUMNS = 4096
 """The gradient check sums the flat gradient down to this many column sums (one two-stage reduction)."""
-LARGEST_SQUARABLE = float(np.sqrt(np.finfo(np.float32).max))
-"""The largest magnitude whose square float32 holds: AdamW's second moment holds the gradient squared."""
+LARGEST_SQUARABLE = K.LARGEST_SQUARABLE
+"""The largest magnitude whose square float32 holds (√ of the largest float32): AdamW's second moment holds the
+gradient squared. The engine's constant: the device's verdict on a replayed step (``update_launches``) uses it too."""
 
 
 def tensor_registry(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> list[dict]:
@@ -162,7 +163,8 @@ class ResidentState:
         """training=False keeps the parameters alone on the device (no gradient, no moments): a state
         that only runs forward passes, in a third of the memory. numerics: the run's numeric mode; `fast`
         says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical.
-        plans: how the model replays recorded launches (``step_plans``): "off", "loop" or "graph"."""
+        plans: how the model's steps replay (``uform.lm.model.step_plans``): "off" (launched from Python), "loop"
+        or "graph"; with plans, ``update_launches`` and ``write_step_scalars`` serve the step's plan."""
         self.device = device
         self.plans = plans
         self.numerics = numerics
@@ -179,9 +181,10 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
-            # AdamW's step scalars for the update's plan: a row for the runs that decay, a row for the rest
+            # A replayed update's operands: AdamW's step scalars (a row for the runs that decay, a row for the
+            # rest) and the device's verdict on the step
             self._step_scalars = device.empty((2, 3))
-            self._update: Plan | None = None
+            self._verdict = device.empty(1)
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -222,29 +225,37 @@ class ResidentState:
         sums = self._guard_sums.numpy()
         if not np.all(np.isfinite(sums)):
             return "a gradient value is not finite"
-        if np.max(np.abs(sums), initial=0.0) > LARGEST_SQUARABLE:
-            return f"a gradient value is too large to square in float32 (a column sums to {np.max(np.abs(sums))})"
+        largest = float(np.max(np.abs(sums), initial=0.0))  # compared exactly, in float64, as the device does
+        if largest > LARGEST_SQUARABLE:
+            return f"a gradient value is too large to square in float32 (a column sums to {largest})"
         return None
 
     def adamw(self, *, step: int, lr: float) -> None:
-        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order; with
-        plans, replayed from the update's plan (recorded once), the step's scalars written first."""
+        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
+        self._adamw_launches(step=step, lr=lr)
+
+    def update_launches(self, losses: Buffer) -> None:
+        """A replayed step's check and update, as launches for its plan: the gradient's sums (``sum_gradient``),
+        the device's verdict on them and on the step's `losses` (``kernels.step_verdict``: the decision
+        ``summed_gradient_problem`` takes on the host), and AdamW reading the scalars ``write_step_scalars`` wrote
+        and doing nothing on a refused verdict."""
+        self.sum_gradient()
+        K.step_verdict(self._verdict, losses, self._guard_sums)
+        self._adamw_launches(step=1, lr=0.0, planned=True)
+
+    def write_step_scalars(self, *, step: int, lr: float) -> None:
+        """The scalars of `step` at `lr` for the update that update_launches recorded, before its replay."""
         hyper = self.optimizer
-        if self.plans == "off":
-            self._adamw_launches(step=step, lr=lr)
-            return
-        if self._update is None:
-            self._update = self.device.record(lambda: self._adamw_launches(step=1, lr=lr, planned=True),
-                                              graph=self.plans == "graph")
         self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
                                   for decay in (hyper.weight_decay, 0.0)])
-        self._update.run()
 
     def _adamw_launches(self, *, step: int, lr: float, planned: bool = False) -> None:
-        """adamw's launches; planned: reading the step's scalars from _step_scalars, whatever step and lr say."""
+        """adamw's launches; planned: reading the step's scalars from _step_scalars whatever step and lr say, and
+        the device's verdict."""
         hyper = self.optimizer
         for run in self.decay_runs:
             K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
                     self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
                     betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
-                    step_scalars=self._step_scalars.view(0 if run.decays else 3, 3) if planned else None)
+                    step_scalars=self._step_scalars.view(0 if run.decays else 3, 3) if planned else None,
+                    verdict=self._verdict if planned else None)
