@@ -32,11 +32,13 @@ from .config import LanguageModelConfig, parameter_registry
 
 @dataclass
 class BatchBuffers:
-    """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation) and
-    the next-byte head."""
+    """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation), the
+    next-byte head, and a replayed step's outcome: the head's losses, then the device's verdict on the step,
+    read back in one download."""
 
     tokens: TokenInputs
     head: CrossEntropyHead
+    outcome: Buffer
     step: Plan | None = None  # the training step's launches, once recorded
 
 
@@ -77,7 +79,9 @@ class DeviceModel(ResidentState):
         tokens = TokenInputs.allocate(self.device, n, vocabulary)
         tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
         tokens.spans.write(K.attention_spans(n, length))
-        return BatchBuffers(tokens=tokens, head=CrossEntropyHead.allocate(self.device, n, vocabulary))
+        outcome = self.device.empty(n + 1)
+        return BatchBuffers(tokens=tokens, outcome=outcome,
+                            head=CrossEntropyHead.allocate(self.device, n, vocabulary, losses=outcome.view(0, n)))
 
     def forward(self, inputs: np.ndarray) -> BatchBuffers:
         """Logits of inputs (B, T) int32 into the head's buffers, keeping what the backward needs."""
@@ -122,12 +126,12 @@ class DeviceModel(ResidentState):
         K.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(tokens.ids.size).work.dh, tokens.order,
                              tokens.offsets, self.shape.width)
 
-    def planned_step(self, ids: np.ndarray, *, step: int, lr: float) -> np.ndarray:
+    def planned_step(self, ids: np.ndarray, *, step: int, lr: float) -> tuple[np.ndarray, bool]:
         """Training step `step` at `lr` on ids (B, T + 1), replayed from the geometry's plan (recorded on first
         use): forward, losses, backward, the gradient check and the update, which the device skips on its own
-        verdict (``update_launches``). Answers the per-position losses, downloaded: the step's one wait; the
-        check's sums stay for ``summed_gradient_problem``. The same launches as forward, losses, backward,
-        gradient_problem and adamw, all run whatever the verdict."""
+        verdict (``update_launches``). Answers the per-position losses and whether the device took the update,
+        read in one download: the step's one wait (the check's sums stay for ``summed_gradient_problem``). The
+        same launches as forward, losses, backward, gradient_problem and adamw, all run whatever the verdict."""
         inputs, targets = ids[:, :-1], ids[:, 1:]
         buffers = self.buffers(*inputs.shape)
         buffers.tokens.ids.write(inputs.reshape(-1))
@@ -139,10 +143,11 @@ class DeviceModel(ResidentState):
                 self._forward(buffers)
                 buffers.head.cross_entropy(grad_scale=1.0 / targets.size, with_gradient=True)
                 self._backward(buffers)
-                self.update_launches(buffers.head.losses)
+                self.update_launches(buffers.head.losses, buffers.outcome.view(inputs.size, 1))
 
             # The plan keeps the stack's buffers it reads alive, even should the stack's cache drop them.
             buffers.step = self.device.record(launches, keep=(self.stack.buffers(inputs.size),),
                                               graph=self.plans == "graph")
         buffers.step.run()
-        return buffers.head.losses.numpy()
+        outcome = buffers.outcome.numpy()
+        return outcome[:-1], bool(outcome[-1] == 1)

@@ -228,12 +228,16 @@ class LanguageModelTrainer:
         return losses, problem
 
     def _replayed_step(self, model: DeviceModel, ids: np.ndarray, step: int, lr: float):
-        """A step replayed from its plan, update included (``DeviceModel.planned_step``): the device skips the
-        update on the verdict the host then takes on the losses and the gradient check's sums, so a refused step
-        changes nothing here either. Answers (losses, what refused the step or None)."""
+        """A step replayed from its plan, update included (``DeviceModel.planned_step``): the device takes the
+        update or skips it on its own verdict, read back with the losses; a refused step changed nothing, and the
+        host names what was wrong (the losses, else the gradient check's sums, downloaded then). Answers (losses,
+        what refused the step or None)."""
         with applied_whole():  # the update runs in the replay: it and the step count are applied whole
-            losses = self._engine_call(lambda: model.planned_step(ids, step=step, lr=lr))
-            problem = self._loss_problem(losses) or self._engine_call(model.summed_gradient_problem)
+            losses, updated = self._engine_call(lambda: model.planned_step(ids, step=step, lr=lr))
+            problem = None
+            if not updated:
+                problem = self._loss_problem(losses) or self._engine_call(model.summed_gradient_problem) or \
+                    "the device refused the gradient, though the host finds it sound"
             if problem is None:
                 self._complete(step)
         return losses, problem

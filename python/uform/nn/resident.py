@@ -181,10 +181,8 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
-            # A replayed update's operands: AdamW's step scalars (a row for the runs that decay, a row for the
-            # rest) and the device's verdict on the step
+            # AdamW's step scalars for a replayed update: a row for the runs that decay, a row for the rest
             self._step_scalars = device.empty((2, 3))
-            self._verdict = device.empty(1)
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -234,14 +232,14 @@ class ResidentState:
         """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
         self._adamw_launches(step=step, lr=lr)
 
-    def update_launches(self, losses: Buffer) -> None:
+    def update_launches(self, losses: Buffer, verdict: Buffer) -> None:
         """A replayed step's check and update, as launches for its plan: the gradient's sums (``sum_gradient``),
-        the device's verdict on them and on the step's `losses` (``kernels.step_verdict``: the decision
-        ``summed_gradient_problem`` takes on the host), and AdamW reading the scalars ``write_step_scalars`` wrote
-        and doing nothing on a refused verdict."""
+        the device's verdict on them and on the step's `losses` into `verdict` (``kernels.step_verdict``: 1 when
+        ``summed_gradient_problem`` and the losses' check would pass on the host, else 0), and AdamW reading the
+        scalars ``write_step_scalars`` wrote and doing nothing on a refused verdict."""
         self.sum_gradient()
-        K.step_verdict(self._verdict, losses, self._guard_sums)
-        self._adamw_launches(step=1, lr=0.0, planned=True)
+        K.step_verdict(verdict, losses, self._guard_sums)
+        self._adamw_launches(step=1, lr=0.0, verdict=verdict)
 
     def write_step_scalars(self, *, step: int, lr: float) -> None:
         """The scalars of `step` at `lr` for the update that update_launches recorded, before its replay."""
@@ -249,13 +247,13 @@ class ResidentState:
         self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
                                   for decay in (hyper.weight_decay, 0.0)])
 
-    def _adamw_launches(self, *, step: int, lr: float, planned: bool = False) -> None:
-        """adamw's launches; planned: reading the step's scalars from _step_scalars whatever step and lr say, and
-        the device's verdict."""
+    def _adamw_launches(self, *, step: int, lr: float, verdict: Buffer | None = None) -> None:
+        """adamw's launches; with a verdict (a replayed update), reading the step's scalars from _step_scalars
+        whatever step and lr say, and doing nothing on a refused verdict."""
         hyper = self.optimizer
         for run in self.decay_runs:
             K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
                     self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
                     betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
-                    step_scalars=self._step_scalars.view(0 if run.decays else 3, 3) if planned else None,
-                    verdict=self._verdict if planned else None)
+                    step_scalars=None if verdict is None else self._step_scalars.view(0 if run.decays else 3, 3),
+                    verdict=verdict)

@@ -86,9 +86,11 @@ class CrossEntropyHead:
     losses: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int) -> CrossEntropyHead:
+    def allocate(cls, device: Device, n: int, vocabulary: int, *, losses: Buffer | None = None) -> CrossEntropyHead:
+        """losses: where the losses go, if not a buffer of their own (a view at the start of a larger one, which
+        a single download then reads with what follows them)."""
         return cls(targets=device.empty(n, np.int32), logits=device.empty((n, vocabulary)),
-                   dlogits=device.empty((n, vocabulary)), losses=device.empty(n))
+                   dlogits=device.empty((n, vocabulary)), losses=device.empty(n) if losses is None else losses)
 
     def forward(self, x: Buffer, weight: Buffer) -> None:
         n, vocabulary = self.logits.shape
