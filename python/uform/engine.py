@@ -16,6 +16,7 @@ replayed with one engine call (``mojo/engine/plan.mojo``).
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable
 from functools import cached_property
 
@@ -57,6 +58,9 @@ class Device:
         self.peak_bytes = 0       # the most ever held at once
         self._scratch: Buffer | None = None
         self._recorded_scratch: list[Buffer] | None = None  # the workspaces a recording plan reads
+        # Held by every launch and copy, and by a recording throughout: a launch from another thread must not land
+        # in a plan being recorded, nor a copy be refused because one is.
+        self.lock = threading.RLock()
 
     @classmethod
     def cpu(cls) -> Device:
@@ -105,7 +109,8 @@ class Device:
             raise MemoryError(f"{self.name}: cannot allocate {nbytes} bytes: {error}") from None
 
     def synchronize(self) -> None:
-        self._handle.synchronize()
+        with self.lock:
+            self._handle.synchronize()
 
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
@@ -124,21 +129,23 @@ class Device:
         replays must be written to its buffers before each ``Plan.run()``. The plan holds addresses: `keep` (any
         objects) and the workspaces the launches took stay alive as long as the plan. graph: on a GPU, replay the
         plan as one device graph; else (and always on the CPU) as a loop over the launches."""
-        self._handle.plan_begin()
-        self._recorded_scratch = []
-        try:
-            launches()
-        except BaseException:
-            self._handle.plan_free(self._handle.plan_end(False))
-            raise
-        finally:
-            scratch, self._recorded_scratch = self._recorded_scratch, None
-        return Plan(self, int(self._handle.plan_end(bool(graph))), (*keep, *scratch))
+        with self.lock:
+            self._handle.plan_begin()
+            self._recorded_scratch = []
+            try:
+                launches()
+            except BaseException:
+                self._handle.plan_free(self._handle.plan_end(False))
+                raise
+            finally:
+                scratch, self._recorded_scratch = self._recorded_scratch, None
+            return Plan(self, int(self._handle.plan_end(bool(graph))), (*keep, *scratch))
 
     def copy(self, destination: Buffer, source: Buffer) -> None:
         if destination.nbytes != source.nbytes:
             raise ValueError(f"copy between buffers of {source.nbytes} and {destination.nbytes} bytes")
-        self._handle.copy(destination.address, source.address, source.nbytes)
+        with self.lock:
+            self._handle.copy(destination.address, source.address, source.nbytes)
 
 
 class Plan:
@@ -149,7 +156,8 @@ class Plan:
         self.device, self.id, self._keep = device, id, keep
 
     def run(self) -> None:
-        self.device._handle.plan_run(self.id)
+        with self.device.lock:
+            self.device._handle.plan_run(self.id)
 
     def __del__(self):
         if getattr(self, "id", None) is not None:
@@ -205,12 +213,14 @@ class Buffer:
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.size != self.size:
             raise ValueError(f"cannot write {array.size} values into a buffer of shape {self.shape}")
-        self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
+        with self.device.lock:
+            self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
 
     def numpy(self) -> np.ndarray:
         self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
-        self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
+        with self.device.lock:
+            self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
         return out
 
     def __del__(self):

@@ -79,7 +79,8 @@ class EngineError(RuntimeError):
 
 def _run(kernel: str, function, device, args) -> None:
     try:
-        function(device._handle, *args)
+        with device.lock:  # a plan recording on this device from another thread records its own launches alone
+            function(device._handle, *args)
     except Exception as error:  # the engine raises plain Exceptions; name the device and the call
         raise EngineError(f"{device.name}: kernel {kernel} failed: {error}") from error
 

@@ -1,6 +1,9 @@
 """Training steps replayed from plans (uform.lm.model, Device.record): the same bits as the steps launched
 from Python, step after step, around evaluations, checkpoints and refused steps."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -121,3 +124,29 @@ def test_the_device_verdict_is_the_host_verdict(where):
             float(np.max(np.abs(sums))) <= K.LARGEST_SQUARABLE
         assert verdict.numpy()[0] == (1.0 if host_ok else 0.0), value
     assert K.LARGEST_SQUARABLE == float(np.sqrt(np.finfo(np.float32).max))
+
+
+def test_launches_from_another_thread_wait_for_a_recording():
+    device = uform.Device.cpu()
+    x, y = device.empty(4), device.empty(4)
+    y.write(np.zeros(4, np.float32))
+    recording, launched = threading.Event(), []
+
+    def other_thread():
+        recording.wait()
+        K.fill(y, 3.0)  # waits for the recording to end, then runs: it is not recorded into the plan
+        launched.append(y.numpy())
+
+    def launches():
+        K.fill(x, 1.0)
+        recording.set()
+        time.sleep(0.2)
+        K.fill(x, 2.0)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    plan = device.record(launches)
+    thread.join()
+    assert np.array_equal(launched[0], np.full(4, 3, np.float32))
+    plan.run()
+    assert np.array_equal(x.numpy(), np.full(4, 2, np.float32))
