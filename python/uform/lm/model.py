@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as K
-from ..engine import Device, Plan
+from ..engine import Buffer, Device, Plan
 from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
 from ..nn.tokens import CrossEntropyHead, TokenInputs
