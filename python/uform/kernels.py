@@ -628,8 +628,8 @@ def mse_rows(losses: Buffer, dpred: Buffer | None, pred: Buffer, target: Buffer,
 # ---- AdamW ----------------------------------------------------------------------------------------
 
 def adamw_step_scalars(*, step: int, lr: float, betas: tuple[float, float], weight_decay: float) -> np.ndarray:
-    """The AdamW scalars that change with the step or the learning rate, [lr / c1, √c2, 1 − lr·λ] (c = 1 − β^step),
-    as float32: computed in float64 and rounded once, the bits the kernel reads either way."""
+    """The AdamW scalars that change with the step or the learning rate, [lr / c1, √c2, 1 − lr·λ]
+    (c = 1 − β^step), as float32: computed in float64 and rounded once, the bits the kernel reads either way."""
     if step < 1:
         raise ValueError(f"AdamW step counts from 1, got {step}")
     beta1, beta2 = betas
