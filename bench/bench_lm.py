@@ -1,7 +1,10 @@
 """Language-model training steps per second: the engine's resident session against the same model in
 PyTorch (fp32, TF32 off), eager and captured in a CUDA graph, measured in the same run on the GPU.
-Every step includes reading the loss back to the host. Figure: bench/RESULTS.md."""
+Every step includes reading the loss back to the host. The engine's figure is its default (steps replayed
+from plans: a device graph on a GPU); beside it, its steps replayed as a loop of launches and launched from
+Python one by one (UFORM_STEP_PLANS). Figure: bench/RESULTS.md."""
 
+import os
 import time
 
 import numpy as np
@@ -81,9 +84,14 @@ def main():
         # The large shape is a GPU figure; on the CPU it would take minutes.
         executors = (["cpu"] if name == "default" else []) + (["gpu:0"] if uform.gpu_count() else [])
         for executor in executors:
-            trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, executor=executor, resident=True)
-            row = {"shape": name, "device": executor, "uform_steps_per_s": round(
-                steps_per_second(lambda ids: trainer.train_step(ids)["loss"], batches), 2)}
+            row = {"shape": name, "device": executor}
+            for plans, column in (("graph", "uform_steps_per_s"), ("loop", "uform_loop_steps_per_s"),
+                                  ("off", "uform_unplanned_steps_per_s")):
+                os.environ["UFORM_STEP_PLANS"] = plans
+                trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, executor=executor,
+                                               resident=True)
+                row[column] = round(steps_per_second(lambda ids: trainer.train_step(ids)["loss"], batches), 2)
+            os.environ.pop("UFORM_STEP_PLANS")
             if executor != "cpu":
                 eager = torch_steps(shape, weights, batches, graphed=False)
                 graphed = torch_steps(shape, weights, batches, graphed=True)

@@ -13,12 +13,13 @@ from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from engine.device import Device, F32Ptr, f32_at, gpu_device_count
 from engine.launch import (
-    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, LanesBody, RowBody, TeamBody, args_from_python, device_of,
-    launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
+    Args, DevicePtr, ElementBody, GpuTeamBody, Interface, LanesBody, Launcher, RowBody, TeamBody, args_from_python,
+    device_of, launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
 )
+from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR
 from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum)
+                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -61,6 +62,27 @@ def device_synchronize(py_self: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def device_plan_begin(py_self: PythonObject) raises -> PythonObject:
+    """Record the kernel launches that follow instead of running them (engine.plan)."""
+    plan_begin(device_of(py_self))
+    return PythonObject(None)
+
+
+def device_plan_end(py_self: PythonObject, graph: PythonObject) raises -> PythonObject:
+    """Keep the recording as a plan (graph: replayed as a device graph on a GPU); answers its id."""
+    return PythonObject(plan_end(device_of(py_self), Bool(py=graph)))
+
+
+def device_plan_run(py_self: PythonObject, id: PythonObject) raises -> PythonObject:
+    plan_run(device_of(py_self), Int(py=id))
+    return PythonObject(None)
+
+
+def device_plan_free(py_self: PythonObject, id: PythonObject) raises -> PythonObject:
+    plan_free(device_of(py_self), Int(py=id))
+    return PythonObject(None)
+
+
 # ---- module facts ----------------------------------------------------------------------
 
 def gpu_count() raises -> PythonObject:
@@ -96,6 +118,7 @@ def engine_facts() raises -> PythonObject:
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
+    facts["largest_squarable"] = PythonObject(verdict.LARGEST_SQUARABLE)
     return facts
 
 
@@ -110,58 +133,43 @@ def interface_of(interface: Interface) raises -> PythonObject:
 
 # ---- kernel entry points: (device, n, addresses, sizes, scalars) --------------------------
 
-def index_kernel[body: def(Int, Args) thin -> None](
+def kernel_entry[launch: Launcher](
     device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
 ) raises -> PythonObject:
-    """Run body(i, args) for every i in [0, n), one GPU thread or one CPU call each."""
-    launch_index[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    """A kernel's Python entry point: its operands from Python, then its launch over [0, n) (recorded instead while
+    the device records a plan)."""
+    record_or_launch[launch](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
     return PythonObject(None)
 
 
-def element_kernel[body: ElementBody](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
-    """Run body over the elements [0, n): on the CPU several a call (see launch_elements)."""
-    launch_elements[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
-    return PythonObject(None)
-
-
-def attention_kernel[body: TeamBody](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
+def launch_attention[body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:
     """A team kernel of attention, the variant compiled for the operands' head dimension."""
-    var args = args_from_python(addresses, sizes, scalars)
     var head_dim = attention.Attention(args).head_dim
     comptime for i in range(len(attention.HEAD_DIMS)):
         comptime D = attention.HEAD_DIMS[i]
         if head_dim == D:
-            launch_teams[D, attention.TEAM, attention.SCRATCH, body](device_of(device), Int(py=n), args)
-            return PythonObject(None)
+            launch_teams[D, attention.TEAM, attention.SCRATCH, body](dev, n, args)
+            return
     raise Error("attention: head_dim ", head_dim, " is not compiled")
 
 
-def fast_attention_kernel[body: GpuTeamBody, registers: Int](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
+def launch_fast_attention[body: GpuTeamBody, registers: Int](dev: DevicePtr, n: Int, args: Args) raises:
     """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension,
     compiled to keep a thread within `registers` (attention_fast.blocks_per_sm)."""
-    var args = args_from_python(addresses, sizes, scalars)
     var head_dim = attention.Attention(args).head_dim
     comptime for i in range(len(attention_fast.HEAD_DIMS)):
         comptime D = attention_fast.HEAD_DIMS[i]
         if head_dim == D:
-            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](
-                device_of(device), Int(py=n), args
-            )
-            return PythonObject(None)
+            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](dev, n, args)
+            return
     raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
 @fieldwise_init
 struct ProductCall(ImplicitlyCopyable, Movable):
-    """One GEMM call's operands from Python: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for
-    (0: none), for fast mode A's and B's bf16 copies (0: none), and the identical product's k-range length
-    (0: the canonical rule; kernels/gemm.mojo)."""
+    """One GEMM call's operands: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for (0: none), for
+    fast mode A's and B's bf16 copies (0: none), and the identical product's k-range length (0: the canonical
+    rule; kernels/gemm.mojo). It travels to its launcher in Args slots (`of`), as every kernel's operands do."""
 
     var c: F32Ptr
     var a: F32Ptr
@@ -175,6 +183,13 @@ struct ProductCall(ImplicitlyCopyable, Movable):
     var workspace: Int
     var range_length: Int
 
+    @staticmethod
+    def of(args: Args) -> ProductCall:
+        """The call from its slots: addresses c a b a16 b16 workspace, sizes M N K accumulate range_length."""
+        return ProductCall(args.f32(0), args.f32(1), args.f32(2), args.size(0), args.size(1), args.size(2),
+                           args.flag(3), Int(args.addresses[3]), Int(args.addresses[4]), Int(args.addresses[5]),
+                           args.size(4))
+
 
 comptime ProductBody = def[transpose_a: Bool, transpose_b: Bool](DevicePtr, ProductCall) raises thin -> None
 """A GEMM form run for one layout: the identical, the fast or the exact product."""
@@ -187,21 +202,32 @@ def product[body: ProductBody](
     b16: PythonObject, workspace: PythonObject, range_length: PythonObject,
 ) raises -> PythonObject:
     """C[M×N] (+)= op(A)·op(B) by `body`, compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
-    var dev = device_of(device)
-    var call = ProductCall(f32_at(Int(py=c)), f32_at(Int(py=a)), f32_at(Int(py=b)), Int(py=M),
-                           Int(py=N), Int(py=K), Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace),
-                           Int(py=range_length))
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
+    var args = Args.empty()
+    var addresses = (c, a, b, a16, b16, workspace)
+    comptime for i in range(6):
+        args.addresses[i] = Int64(Int(py=addresses[i]))
+    args.sizes[0] = Int64(Int(py=M))
+    args.sizes[1] = Int64(Int(py=N))
+    args.sizes[2] = Int64(Int(py=K))
+    args.sizes[3] = Int64(Int(Bool(py=accumulate)))
+    args.sizes[4] = Int64(Int(py=range_length))
+    var dev = device_of(device)
     if ta:
-        body[True, False](dev, call)
+        record_or_launch[launch_product[body, True, False]](dev, 1, args)
     elif tb:
-        body[False, True](dev, call)
+        record_or_launch[launch_product[body, False, True]](dev, 1, args)
     else:
-        body[False, False](dev, call)
+        record_or_launch[launch_product[body, False, False]](dev, 1, args)
     return PythonObject(None)
+
+
+def launch_product[body: ProductBody, transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
+    """One product (n is 1) as a launcher."""
+    body[transpose_a, transpose_b](dev, ProductCall.of(args))
 
 
 def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
@@ -248,66 +274,52 @@ def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: 
     return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K), Bool(py=transpose_a), Int(py=range_length)))
 
 
-def index[body: def(Int, Args) thin -> None](
+def register[launch: Launcher](
     mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
 ) raises:
-    """Register an index kernel under `name` with its interface."""
-    m.def_function[index_kernel[body]](name)
+    """Register a kernel's entry point under `name`, ending in `launch`, with its interface."""
+    m.def_function[kernel_entry[launch]](name)
     interfaces[name] = interface_of(interface)
 
 
-def lanes_kernel[lanes: Int, body: LanesBody](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
-    """Run body over every task in [0, n), its lanes one by one on a GPU thread, as one vector on the CPU."""
-    launch_lanes[lanes, body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
-    return PythonObject(None)
+def index[body: def(Int, Args) thin -> None](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
+) raises:
+    """An index kernel: body(i, args) for every i, one GPU thread or one CPU call each."""
+    register[launch_index[body]](m, interfaces, name, interface)
 
 
 def lanes[count: Int, body: LanesBody](
     mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
 ) raises:
-    """Register an index kernel of `count` lanes a task under `name` with its interface."""
-    m.def_function[lanes_kernel[count, body]](name)
-    interfaces[name] = interface_of(interface)
-
-
-def row_kernel[body: RowBody](
-    device: PythonObject, n: PythonObject, addresses: PythonObject, sizes: PythonObject, scalars: PythonObject
-) raises -> PythonObject:
-    """Run body over every row in [0, n), one GPU warp or one CPU call each."""
-    launch_rows[body](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
-    return PythonObject(None)
+    """An index kernel of `count` lanes a task: one by one on a GPU thread, as one vector on the CPU."""
+    register[launch_lanes[count, body]](m, interfaces, name, interface)
 
 
 def rows_of[body: RowBody](
     mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
 ) raises:
-    """Register a row kernel under `name` with its interface."""
-    m.def_function[row_kernel[body]](name)
-    interfaces[name] = interface_of(interface)
+    """A row kernel: one GPU warp or one CPU call a row."""
+    register[launch_rows[body]](m, interfaces, name, interface)
 
 
 def elements[body: ElementBody](
     mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString, interface: Interface
 ) raises:
-    """Register an element-wise kernel under `name` with its interface."""
-    m.def_function[element_kernel[body]](name)
-    interfaces[name] = interface_of(interface)
+    """An element-wise kernel: several elements a CPU call (see launch_elements)."""
+    register[launch_elements[body]](m, interfaces, name, interface)
 
 
 def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
-    """Register an attention team kernel under `name` (every one reads the ATTENTION interface)."""
-    m.def_function[attention_kernel[body]](name)
-    interfaces[name] = interface_of(attention.ATTENTION)
+    """An attention team kernel (every one reads the ATTENTION interface)."""
+    register[launch_attention[body]](m, interfaces, name, attention.ATTENTION)
 
 
 def fast_teams[body: GpuTeamBody, registers: Int](
     mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
 ) raises:
-    """Register a fast-mode attention kernel under `name` (the ATTENTION interface; GPU only)."""
-    m.def_function[fast_attention_kernel[body, registers]](name)
-    interfaces[name] = interface_of(attention.ATTENTION)
+    """A fast-mode attention kernel (the ATTENTION interface; GPU only)."""
+    register[launch_fast_attention[body, registers]](m, interfaces, name, attention.ATTENTION)
 
 
 @export
@@ -325,6 +337,10 @@ def PyInit__engine() abi("C") -> PythonObject:
             .def_method[device_download]("download")
             .def_method[device_copy]("copy")
             .def_method[device_synchronize]("synchronize")
+            .def_method[device_plan_begin]("plan_begin")
+            .def_method[device_plan_end]("plan_end")
+            .def_method[device_plan_run]("plan_run")
+            .def_method[device_plan_free]("plan_free")
         )
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
@@ -379,6 +395,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[rows.scatter_rows](m, k, "scatter_rows", rows.SCATTER_ROWS)
         index[rows.mse_rows](m, k, "mse_rows", rows.MSE_ROWS)
         elements[adamw.adamw](m, k, "adamw", adamw.ADAMW)
+        rows_of[verdict.step_verdict](m, k, "step_verdict", verdict.STEP_VERDICT)
         index[contrastive.pool_forward](m, k, "pool_forward", contrastive.POOL_FORWARD)
         index[contrastive.pool_backward](m, k, "pool_backward", contrastive.POOL_BACKWARD)
         index[contrastive.l2_normalize_forward](m, k, "l2_normalize_forward", contrastive.L2_NORMALIZE_FORWARD)

@@ -95,22 +95,25 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
     LanguageModelConfig(),
     LanguageModelConfig(batch=4, length=64, width=128, heads=4, kv_heads=2, mlp=256, layers=3),
 ], ids=["default", "wide"])
-def test_language_model_run_bits_match_cpu(shape):
-    """100 steps (20 for the wide shape) on the CPU and on the GPU: the same losses, logits and state."""
+def test_language_model_run_bits_match_cpu(shape, monkeypatch):
+    """100 steps (20 for the wide shape) on the CPU and on the GPU, its steps replayed as a device graph, as a
+    loop of launches and launched from Python (UFORM_STEP_PLANS): the same losses, logits and state."""
     steps = 100 if shape == LanguageModelConfig() else 20
     rng = np.random.default_rng(5)
     weights = (rng.standard_normal(shape.n_total) * 0.05).astype(np.float32)
     data = [rng.integers(0, 256, (shape.batch, shape.length + 1), dtype=np.int32) for _ in range(steps)]
     runs = []
-    for executor in ("cpu", "gpu:0"):
+    for executor, plans in (("cpu", "loop"), ("gpu:0", "graph"), ("gpu:0", "loop"), ("gpu:0", "off")):
+        monkeypatch.setenv("UFORM_STEP_PLANS", plans)
         trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, executor=executor, resident=True)
         losses = [trainer.train_step(ids)["loss"] for ids in data]
         logits = trainer.logits(data[0][:, :-1])
         runs.append((losses, logits, state_sha256(trainer.export_state())))
-    (cpu_losses, cpu_logits, cpu_sha), (gpu_losses, gpu_logits, gpu_sha) = runs
-    assert cpu_losses == gpu_losses
-    assert same_bits(cpu_logits, gpu_logits)
-    assert cpu_sha == gpu_sha
+    cpu_losses, cpu_logits, cpu_sha = runs[0]
+    for gpu_losses, gpu_logits, gpu_sha in runs[1:]:
+        assert cpu_losses == gpu_losses
+        assert same_bits(cpu_logits, gpu_logits)
+        assert cpu_sha == gpu_sha
 
 
 def test_joint_training_bits_match_cpu(tmp_path):

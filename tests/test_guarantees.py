@@ -288,7 +288,8 @@ def test_values_gradient_check_sees_every_value_adamw_cannot_apply():
 
 
 def test_values_non_finite_gradient_refuses_step_one(monkeypatch):
-    monkeypatch.setattr(ResidentState, "gradient_problem", lambda self: "a gradient value is not finite")
+    # A NaN reaches the gradient check's sums: the host's check and, in a replayed step, the device's verdict see it.
+    monkeypatch.setattr(ResidentState, "sum_gradient", lambda self: K.fill(self._guard_sums, float("nan")))
     trainer = lm()
     before = state_sha256(trainer.export_state())
     with pytest.raises(UFormError, match="a gradient value is not finite"):

@@ -36,6 +36,10 @@ comptime SCALAR_SLOTS = 8
 
 comptime DevicePtr = Pointer[Device, MutAnyOrigin]
 
+comptime Launcher = def(DevicePtr, Int, Args) raises thin -> None
+"""What every kernel's Python entry point ends in: run the kernel's tasks [0, n) with these operands on the
+device (`launch_index[body]`, `launch_rows[body]`, ...). Plans record and replay launchers (engine.plan)."""
+
 
 def gpu_blocks(n: Int) -> Int:
     return max(1, (n + GPU_BLOCK - 1) // GPU_BLOCK)

@@ -8,6 +8,9 @@ in with :meth:`Device.put` and come back with :meth:`Buffer.numpy`.
 An allocation the device cannot serve raises ``MemoryError`` naming the device
 and the size. The engine aborts the process on a failed host allocation, so on
 the CPU the size is first tried with the C library's ``malloc`` (and freed).
+
+:meth:`Device.record` turns the kernel launches a function makes into a :class:`Plan`,
+replayed with one engine call (``mojo/engine/plan.mojo``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
+from collections.abc import Callable
 from functools import cached_property
 
 import numpy as np
@@ -53,6 +57,11 @@ class Device:
         self.ordinal = int(ordinal)
         self.allocated_bytes = 0  # held now by this device's buffers
         self.peak_bytes = 0       # the most ever held at once
+        self._scratch: Buffer | None = None
+        self._recorded_scratch: list[Buffer] | None = None  # the workspaces a recording plan reads
+        # Held by every launch and copy, and by a recording throughout: a launch from another thread must not land
+        # in a plan being recorded, nor a copy be refused because one is.
+        self.lock = threading.RLock()
         # Set while the host thread driving this device waits for it (a synchronize, a read back; a trainer also
         # sets it while a step waits for its batch): work that may wait, such as preparing the next batch, runs
         # then rather than taking the GIL from the thread launching the device's kernels.
@@ -105,7 +114,8 @@ class Device:
             raise MemoryError(f"{self.name}: cannot allocate {nbytes} bytes: {error}") from None
 
     def synchronize(self) -> None:
-        self.waiting_on(self._handle.synchronize)
+        with self.lock:
+            self.waiting_on(self._handle.synchronize)
 
     def waiting_on(self, wait, *args):
         """wait(*args), a call that blocks until the device (or a batch for it) is ready, with host_waiting set."""
@@ -118,15 +128,54 @@ class Device:
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
         needs one (calls on one device run in order, so one call's scratch is free when the next starts)."""
-        if getattr(self, "_scratch", None) is None or self._scratch.size < size:
+        if self._scratch is None or self._scratch.size < size:
             self._scratch = None
             self._scratch = Buffer(self, max(size, 1))
+        if self._recorded_scratch is not None:  # the plan keeps it, even once a larger one replaces it here
+            self._recorded_scratch.append(self._scratch)
         return self._scratch
+
+    def record(self, launches: Callable[[], None], *, keep: tuple = (), graph: bool = True) -> Plan:
+        """The kernel launches `launches()` makes on this device, recorded (not run) as a Plan.
+
+        Only launches are recorded: an upload, a download or a copy inside raises, so whatever changes between
+        replays must be written to its buffers before each ``Plan.run()``. The plan holds addresses: `keep` (any
+        objects) and the workspaces the launches took stay alive as long as the plan. graph: on a GPU, replay the
+        plan as one device graph; else (and always on the CPU) as a loop over the launches."""
+        with self.lock:
+            self._handle.plan_begin()
+            self._recorded_scratch = []
+            try:
+                launches()
+            except BaseException:
+                self._handle.plan_free(self._handle.plan_end(False))
+                raise
+            finally:
+                scratch, self._recorded_scratch = self._recorded_scratch, None
+            return Plan(self, int(self._handle.plan_end(bool(graph))), (*keep, *scratch))
 
     def copy(self, destination: Buffer, source: Buffer) -> None:
         if destination.nbytes != source.nbytes:
             raise ValueError(f"copy between buffers of {source.nbytes} and {destination.nbytes} bytes")
-        self._handle.copy(destination.address, source.address, source.nbytes)
+        with self.lock:
+            self._handle.copy(destination.address, source.address, source.nbytes)
+
+
+class Plan:
+    """Kernel launches recorded on a device (``Device.record``), replayed by ``run()`` in one engine call, with the
+    same operands and in the same order as recorded: the same bits as the launches themselves."""
+
+    def __init__(self, device: Device, id: int, keep: tuple):
+        self.device, self.id, self._keep = device, id, keep
+
+    def run(self) -> None:
+        with self.device.lock:
+            self.device._handle.plan_run(self.id)
+
+    def __del__(self):
+        if getattr(self, "id", None) is not None:
+            self.device._handle.plan_free(self.id)
+            self.id = None
 
 
 def shape_tuple(shape) -> tuple[int, ...]:
@@ -187,12 +236,14 @@ class Buffer:
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.size != self.size:
             raise ValueError(f"cannot write {array.size} values into a buffer of shape {self.shape}")
-        self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
+        with self.device.lock:
+            self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
 
     def numpy(self) -> np.ndarray:
         self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
-        self.device.waiting_on(self.device._handle.download, out.ctypes.data, self.address, self.nbytes)
+        with self.device.lock:
+            self.device.waiting_on(self.device._handle.download, out.ctypes.data, self.address, self.nbytes)
         return out
 
     def __del__(self):

@@ -33,6 +33,7 @@ EXACT_GEMM_MAX_K = FACTS["exact_gemm_max_k"]  # the longest contraction the exac
 CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
+LARGEST_SQUARABLE = FACTS["largest_squarable"]  # √(largest float32): the largest |g| whose g² float32 holds
 
 
 def _launcher(kernel: str, buffers: str, sizes: str, scalars: str):
@@ -78,7 +79,8 @@ class EngineError(RuntimeError):
 
 def _run(kernel: str, function, device, args) -> None:
     try:
-        function(device._handle, *args)
+        with device.lock:  # a plan recording on this device from another thread records its own launches alone
+            function(device._handle, *args)
     except Exception as error:  # the engine raises plain Exceptions; name the device and the call
         raise EngineError(f"{device.name}: kernel {kernel} failed: {error}") from error
 
@@ -625,18 +627,42 @@ def mse_rows(losses: Buffer, dpred: Buffer | None, pred: Buffer, target: Buffer,
 
 # ---- AdamW ----------------------------------------------------------------------------------------
 
-def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,
-          betas: tuple[float, float], eps: float, weight_decay: float) -> None:
-    """One AdamW update (PyTorch's form) of `params` in place; step counts from 1."""
+def adamw_step_scalars(*, step: int, lr: float, betas: tuple[float, float], weight_decay: float) -> np.ndarray:
+    """The AdamW scalars that change with the step or the learning rate, [lr / c1, √c2, 1 − lr·λ]
+    (c = 1 − β^step), as float32: computed in float64 and rounded once, the bits the kernel reads either way."""
     if step < 1:
         raise ValueError(f"AdamW step counts from 1, got {step}")
+    beta1, beta2 = betas
+    return np.array([lr / (1.0 - beta1 ** step), np.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
+
+
+def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,
+          betas: tuple[float, float], eps: float, weight_decay: float, step_scalars: Buffer | None = None,
+          verdict: Buffer | None = None) -> None:
+    """One AdamW update (PyTorch's form) of `params` in place; step counts from 1. step_scalars: a buffer of three
+    floats the kernel reads the step's scalars from (``adamw_step_scalars``, written before the launch runs: a
+    recorded plan replays this launch every step), in place of those of `step` and `lr`. verdict: a float the
+    update reads first (``step_verdict``): on 0 it changes nothing."""
+    step_size, sqrt_c2, decay = adamw_step_scalars(step=step, lr=lr, betas=betas, weight_decay=weight_decay)
     for name, buffer in (("grads", grads), ("m", m), ("v", v)):
         _expect(buffer, name, params.size)
+    if step_scalars is not None:
+        _expect(step_scalars, "step_scalars", 3)
+    if verdict is not None:
+        _expect(verdict, "verdict", 1)
     beta1, beta2 = betas
-    sqrt_c2 = np.float32(np.sqrt(1.0 - beta2 ** step))
-    _launch("adamw", params.size, params=params, grads=grads, m=m, v=v, beta1=beta1, beta2=beta2,
-            one_minus_beta1=1.0 - beta1, one_minus_beta2=1.0 - beta2, decay=1.0 - lr * weight_decay,
-            step_size=lr / (1.0 - beta1 ** step), sqrt_c2=float(sqrt_c2), eps=eps)
+    _launch("adamw", params.size, params=params, grads=grads, m=m, v=v, step_scalars=step_scalars, verdict=verdict,
+            beta1=beta1,
+            beta2=beta2, one_minus_beta1=1.0 - beta1, one_minus_beta2=1.0 - beta2, decay=float(decay),
+            step_size=float(step_size), sqrt_c2=float(sqrt_c2), eps=eps)
+
+
+def step_verdict(verdict: Buffer, losses: Buffer, sums: Buffer) -> None:
+    """verdict = 1 if every loss is finite and every sum is finite with |sum| ≤ LARGEST_SQUARABLE, else 0: whether a
+    step's update may run, decided on the device (mojo/kernels/verdict.mojo)."""
+    _expect(verdict, "verdict", 1)
+    _launch("step_verdict", 1, verdict=verdict, losses=losses, sums=sums, loss_count=losses.size,
+            sum_count=sums.size)
 
 
 # ---- the contrastive head --------------------------------------------------------------------------

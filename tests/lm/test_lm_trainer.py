@@ -225,6 +225,7 @@ def test_lost_device_context_blocks_every_call_until_load_state_dict(monkeypatch
         raise RuntimeError("cpu: kernel gemm failed: simulated loss of the device context")
 
     monkeypatch.setattr(DeviceModel, "forward", broken)
+    monkeypatch.setattr(uform.engine.Plan, "run", lambda plan: broken(plan, None))  # the step's replay
     with pytest.raises(RuntimeError, match="session is lost"):
         trainer.train_step(ids[1])
     monkeypatch.undo()

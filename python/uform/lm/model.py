@@ -4,16 +4,25 @@
 their gradient, the AdamW moments, in ``parameter_registry`` order) with the passes over it. The
 blocks are ``uform.nn.TransformerStack``; the float64 twin of this model is
 ``uform.reference.lm_numpy``.
+
+A training step of a resident session in identical mode is replayed from a plan (``Device.record``):
+the launches of the forward, the loss, the backward, the gradient check and the update, recorded once
+per geometry; what changes from step to step (ids, targets, the embedding backward's grouping, AdamW's
+step scalars) is written to their buffers before each replay, and the update reads the device's own
+verdict on the step (``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
+(the default: a device graph on a GPU, the loop of launches on the CPU), "loop", or "off" (each launch
+from Python, as evaluation and fast mode always run).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import kernels as K
-from ..engine import Device
+from ..engine import Buffer, Device, Plan
 from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
 from ..nn.tokens import CrossEntropyHead, TokenInputs
@@ -23,19 +32,36 @@ from .config import LanguageModelConfig, parameter_registry
 
 @dataclass
 class BatchBuffers:
-    """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation) and
-    the next-byte head."""
+    """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation), the
+    next-byte head, and a replayed step's outcome: the head's losses, then the device's verdict on the step,
+    read back in one download."""
 
     tokens: TokenInputs
     head: CrossEntropyHead
+    outcome: Buffer
+    step: Plan | None = None  # the training step's launches, once recorded
+
+
+STEP_PLAN_MODES = ("graph", "loop", "off")
+
+
+def step_plans(numerics: str, resident: bool) -> str:
+    """How a session's training steps replay their launches (``UFORM_STEP_PLANS``). Always "off" for a stateless
+    session, which opens a model for one step only, and in fast mode, whose launches depend on each step's data
+    (the embedding backward's chunks) and whose GEMMs call cuBLAS."""
+    mode = os.environ.get("UFORM_STEP_PLANS", "graph")
+    if mode not in STEP_PLAN_MODES:
+        raise ValueError(f"UFORM_STEP_PLANS must be one of {STEP_PLAN_MODES}, got {mode!r}")
+    return mode if resident and numerics != "fast" else "off"
 
 
 class DeviceModel(ResidentState):
     """The resident state of the byte language model on `device`, and the passes over it."""
 
     def __init__(self, device: Device, shape: LanguageModelConfig, state: HostState, adamw: AdamW, *,
-                 numerics: str = "identical"):
-        super().__init__(device, parameter_registry(shape), state, adamw, numerics=numerics)
+                 numerics: str = "identical", plans: str = "off"):
+        """plans: how training steps replay their launches (``step_plans``)."""
+        super().__init__(device, parameter_registry(shape), state, adamw, numerics=numerics, plans=plans)
         self.shape = shape
         self.layer_weights = layer_tensors(self.weights, shape.layers)
         self.layer_grads = layer_tensors(self.weight_grads, shape.layers)
@@ -53,19 +79,23 @@ class DeviceModel(ResidentState):
         tokens = TokenInputs.allocate(self.device, n, vocabulary)
         tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
         tokens.spans.write(K.attention_spans(n, length))
-        return BatchBuffers(tokens=tokens, head=CrossEntropyHead.allocate(self.device, n, vocabulary))
+        outcome = self.device.empty(n + 1)
+        return BatchBuffers(tokens=tokens, outcome=outcome,
+                            head=CrossEntropyHead.allocate(self.device, n, vocabulary, losses=outcome.view(0, n)))
 
     def forward(self, inputs: np.ndarray) -> BatchBuffers:
         """Logits of inputs (B, T) int32 into the head's buffers, keeping what the backward needs."""
-        batch, length = inputs.shape
-        n = batch * length
-        buffers = self.buffers(batch, length)
-        tokens = buffers.tokens
-        tokens.ids.write(inputs.reshape(-1))
+        buffers = self.buffers(*inputs.shape)
+        buffers.tokens.ids.write(inputs.reshape(-1))
+        self._forward(buffers)
+        return buffers
+
+    def _forward(self, buffers: BatchBuffers) -> None:
+        """forward's launches, on the ids the buffers hold."""
+        tokens, n = buffers.tokens, buffers.tokens.ids.size
         tokens.embed(self.stack.buffers(n).input, self.weights["embedding"])
         hidden = self.stack.forward(self.layer_weights, n, tokens.positions, tokens.spans)
         buffers.head.forward(hidden, self.weights["head"])
-        return buffers
 
     def losses(self, buffers: BatchBuffers, targets: np.ndarray, *, with_gradient: bool) -> np.ndarray:
         """Per-position cross-entropy (downloaded), and with_gradient the mean loss's dlogits."""
@@ -74,9 +104,50 @@ class DeviceModel(ResidentState):
 
     def backward(self, buffers: BatchBuffers, inputs: np.ndarray) -> None:
         """The gradient of the mean loss into self.gradients (overwritten), from the head's dlogits."""
-        batch, length = inputs.shape
-        n = batch * length
-        tokens, work = buffers.tokens, self.stack.buffers(n).work
+        if self.fast:
+            self._backward_stack(buffers)
+            buffers.tokens.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(inputs.size).work.dh,
+                                              inputs, fast=True)
+            return
+        buffers.tokens.write_groups(inputs, self.shape.vocab_size)
+        self._backward(buffers)
+
+    def _backward_stack(self, buffers: BatchBuffers) -> None:
+        """The head's and the blocks' backward: the gradient at the stack's input into its work.dh."""
+        tokens, n = buffers.tokens, buffers.tokens.ids.size
+        work = self.stack.buffers(n).work
         buffers.head.backward(self.weight_grads["head"], work.dh, work.h_out, self.weights["head"])
-        dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
-        tokens.embedding_backward(self.weight_grads["embedding"], dh, inputs, fast=self.fast)
+        self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
+
+    def _backward(self, buffers: BatchBuffers) -> None:
+        """The identical backward's launches, on the token grouping the buffers hold (TokenInputs.write_groups)."""
+        self._backward_stack(buffers)
+        tokens = buffers.tokens
+        K.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(tokens.ids.size).work.dh, tokens.order,
+                             tokens.offsets, self.shape.width)
+
+    def planned_step(self, ids: np.ndarray, *, step: int, lr: float) -> tuple[np.ndarray, bool]:
+        """Training step `step` at `lr` on ids (B, T + 1), replayed from the geometry's plan (recorded on first
+        use): forward, losses, backward, the gradient check and the update, which the device skips on its own
+        verdict (``update_launches``). Answers the per-position losses and whether the device took the update,
+        read in one download: the step's one wait (the check's sums stay for ``summed_gradient_problem``). The
+        same launches as forward, losses, backward, gradient_problem and adamw, all run whatever the verdict."""
+        inputs, targets = ids[:, :-1], ids[:, 1:]
+        buffers = self.buffers(*inputs.shape)
+        buffers.tokens.ids.write(inputs.reshape(-1))
+        buffers.head.targets.write(targets.reshape(-1))
+        buffers.tokens.write_groups(inputs, self.shape.vocab_size)
+        self.write_step_scalars(step=step, lr=lr)
+        if buffers.step is None:
+            def launches():
+                self._forward(buffers)
+                buffers.head.cross_entropy(grad_scale=1.0 / targets.size, with_gradient=True)
+                self._backward(buffers)
+                self.update_launches(buffers.head.losses, buffers.outcome.view(inputs.size, 1))
+
+            # The plan keeps the stack's buffers it reads alive, even should the stack's cache drop them.
+            buffers.step = self.device.record(launches, keep=(self.stack.buffers(inputs.size),),
+                                              graph=self.plans == "graph")
+        buffers.step.run()
+        outcome = buffers.outcome.numpy()
+        return outcome[:-1], bool(outcome[-1] == 1)

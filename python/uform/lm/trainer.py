@@ -41,7 +41,7 @@ from ..nn.resident import AdamW, HostState, applied_whole
 from ..training.errors import ErrorCode, UFormRuntimeError, type_error, value_error
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
-from .model import DeviceModel
+from .model import DeviceModel, step_plans
 
 LOGITS_MAX_BATCH = 1024
 LOGITS_MAX_CELLS = 268_435_456
@@ -139,8 +139,9 @@ class LanguageModelTrainer:
             s, h = self._state, self._state["hyperparameters"]
             state = HostState(s["parameters"], s["m"], s["v"])
             adamw = AdamW(betas=h["betas"], eps=h["eps"], weight_decay=h["weight_decay"])
+            plans = step_plans(self._numerics, self._resident)
             self._model = self._engine_call(lambda: DeviceModel(self._device, self._shape, state, adamw,
-                                                                numerics=self._numerics))
+                                                                numerics=self._numerics, plans=plans))
         return self._model
 
     def _engine_call(self, call):
@@ -192,27 +193,13 @@ class LanguageModelTrainer:
         self._check_alive()
         ids = self._train_ids(ids, "train_step")
         model = self._open()
-        step = self._state["step"] + 1
-
-        def run():
-            buffers = model.forward(ids[:, :-1])
-            return buffers, model.losses(buffers, ids[:, 1:], with_gradient=True)
-
-        buffers, losses = self._engine_call(run)
-        loss = float(np.sum(losses, dtype=np.float64) / losses.size)
-        problem = None if math.isfinite(loss) else f"the loss is not finite ({loss})"
-        if problem is None:
-            self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
-            problem = self._engine_call(model.gradient_problem)
+        step, lr = self._state["step"] + 1, self._state["hyperparameters"]["lr"]
+        losses, problem = (self._replayed_step if model.plans != "off" else self._launched_step)(model, ids, step, lr)
         if problem is not None:
             self._gradient_ready = False
             self._close_if_stateless()
             raise refused(f"train_step: {problem}; the step was rolled back")
-        with applied_whole():
-            self._engine_call(lambda: model.adamw(step=step, lr=self._state["hyperparameters"]["lr"]))
-            self._state["step"] = step
-            self._gradient_ready = True
-        result = {"loss": loss, "step": step, "completed_steps": step, "next_batch_index": step}
+        result = {"loss": mean_loss(losses), "step": step, "completed_steps": step, "next_batch_index": step}
         if self._step_result == "full":
             flat = self._engine_call(model.gradients.numpy)
             result["flat_gradients"] = flat
@@ -221,6 +208,48 @@ class LanguageModelTrainer:
             result["flags"] = {"resident": self._resident, "loss_finite": True}
         self._close_if_stateless()
         return result
+
+    def _launched_step(self, model: DeviceModel, ids: np.ndarray, step: int, lr: float):
+        """A step launched from Python: the losses, then the backward and the gradient check only if they are
+        finite, then the update only if the gradient passes. Answers (losses, what refused the step or None)."""
+        def run():
+            buffers = model.forward(ids[:, :-1])
+            return buffers, model.losses(buffers, ids[:, 1:], with_gradient=True)
+
+        buffers, losses = self._engine_call(run)
+        problem = self._loss_problem(losses)
+        if problem is None:
+            self._engine_call(lambda: model.backward(buffers, ids[:, :-1]))
+            problem = self._engine_call(model.gradient_problem)
+        if problem is None:
+            with applied_whole():
+                self._engine_call(lambda: model.adamw(step=step, lr=lr))
+                self._complete(step)
+        return losses, problem
+
+    def _replayed_step(self, model: DeviceModel, ids: np.ndarray, step: int, lr: float):
+        """A step replayed from its plan, update included (``DeviceModel.planned_step``): the device takes the
+        update or skips it on its own verdict, read back with the losses; a refused step changed nothing, and the
+        host names what was wrong (the losses, else the gradient check's sums, downloaded then). Answers (losses,
+        what refused the step or None)."""
+        with applied_whole():  # the update runs in the replay: it and the step count are applied whole
+            losses, updated = self._engine_call(lambda: model.planned_step(ids, step=step, lr=lr))
+            problem = None
+            if not updated:
+                problem = self._loss_problem(losses) or self._engine_call(model.summed_gradient_problem) or \
+                    "the device refused the gradient, though the host finds it sound"
+            if problem is None:
+                self._complete(step)
+        return losses, problem
+
+    def _complete(self, step: int) -> None:
+        self._state["step"] = step
+        self._gradient_ready = True
+
+    @staticmethod
+    def _loss_problem(losses: np.ndarray) -> str | None:
+        loss = mean_loss(losses)
+        return None if math.isfinite(loss) else f"the loss is not finite ({loss})"
 
     def _close_if_stateless(self) -> None:
         if not self._resident and self._model is not None:
@@ -236,7 +265,7 @@ class LanguageModelTrainer:
         losses = self._engine_call(lambda: model.losses(model.forward(ids[:, :-1]), ids[:, 1:],
                                                         with_gradient=False))
         self._close_if_stateless()
-        return float(np.sum(losses, dtype=np.float64) / losses.size)
+        return mean_loss(losses)
 
     @serialised
     def logits(self, ids, *, lengths=None) -> np.ndarray:
@@ -433,6 +462,11 @@ class LanguageModelTrainer:
 
 
 SmallByteLanguageModelTrainer = LanguageModelTrainer
+
+
+def mean_loss(losses: np.ndarray) -> float:
+    """The mean of per-position float32 losses, summed in float64."""
+    return float(np.sum(losses, dtype=np.float64) / losses.size)
 
 
 def state_numerics(state: dict) -> str:

@@ -36,8 +36,9 @@ MIN_EPS = float(np.finfo(np.float32).tiny)
 """The smallest AdamW ε: a zero (or a subnormal a GPU flushes to zero) makes 0/0 = NaN of a zero gradient."""
 GUARD_COLUMNS = 4096
 """The gradient check sums the flat gradient down to this many column sums (one two-stage reduction)."""
-LARGEST_SQUARABLE = float(np.sqrt(np.finfo(np.float32).max))
-"""The largest magnitude whose square float32 holds: AdamW's second moment holds the gradient squared."""
+LARGEST_SQUARABLE = K.LARGEST_SQUARABLE
+"""The largest magnitude whose square float32 holds (√ of the largest float32): AdamW's second moment holds the
+gradient squared. The engine's constant: the device's verdict on a replayed step (``update_launches``) uses it too."""
 
 
 def tensor_registry(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> list[dict]:
@@ -158,11 +159,14 @@ class ResidentState:
     overwrites the gradient; ``adamw`` then updates parameters and moments in place."""
 
     def __init__(self, device: Device, registry: list[dict], state: HostState, adamw: AdamW, *,
-                 training: bool = True, numerics: str = "identical"):
+                 training: bool = True, numerics: str = "identical", plans: str = "off"):
         """training=False keeps the parameters alone on the device (no gradient, no moments): a state
         that only runs forward passes, in a third of the memory. numerics: the run's numeric mode; `fast`
-        says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical."""
+        says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical.
+        plans: how the model's steps replay (``uform.lm.model.step_plans``): "off" (launched from Python), "loop"
+        or "graph"; with plans, ``update_launches`` and ``write_step_scalars`` serve the step's plan."""
         self.device = device
+        self.plans = plans
         self.numerics = numerics
         self.fast = numerics == "fast" and device.is_gpu
         self.registry = registry
@@ -177,6 +181,8 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
+            # AdamW's step scalars for a replayed update: a row for the runs that decay, a row for the rest
+            self._step_scalars = device.empty((2, 3))
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -204,19 +210,50 @@ class ResidentState:
         GUARD_COLUMNS column sums on the device (plus one for a tail) and those are checked on the host: a
         NaN or an infinity always reaches its column's sum; a value too large to square in float32 (past
         LARGEST_SQUARABLE) does unless values of opposite signs in its column bring the sum back under."""
+        self.sum_gradient()
+        return self.summed_gradient_problem()
+
+    def sum_gradient(self) -> None:
+        """gradient_problem's launches: the gradient's column sums, on the device."""
         for part, rows, columns, out, partial in self._guard:
             K.column_sum(out, part, rows, columns, partial=partial)
+
+    def summed_gradient_problem(self) -> str | None:
+        """gradient_problem's verdict on the sums sum_gradient left on the device (downloads them)."""
         sums = self._guard_sums.numpy()
         if not np.all(np.isfinite(sums)):
             return "a gradient value is not finite"
-        if np.max(np.abs(sums), initial=0.0) > LARGEST_SQUARABLE:
-            return f"a gradient value is too large to square in float32 (a column sums to {np.max(np.abs(sums))})"
+        largest = float(np.max(np.abs(sums), initial=0.0))  # compared exactly, in float64, as the device does
+        if largest > LARGEST_SQUARABLE:
+            return f"a gradient value is too large to square in float32 (a column sums to {largest})"
         return None
 
     def adamw(self, *, step: int, lr: float) -> None:
         """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
+        self._adamw_launches(step=step, lr=lr)
+
+    def update_launches(self, losses: Buffer, verdict: Buffer) -> None:
+        """A replayed step's check and update, as launches for its plan: the gradient's sums (``sum_gradient``),
+        the device's verdict on them and on the step's `losses` into `verdict` (``kernels.step_verdict``: 1 when
+        ``summed_gradient_problem`` and the losses' check would pass on the host, else 0), and AdamW reading the
+        scalars ``write_step_scalars`` wrote and doing nothing on a refused verdict."""
+        self.sum_gradient()
+        K.step_verdict(verdict, losses, self._guard_sums)
+        self._adamw_launches(step=1, lr=0.0, verdict=verdict)
+
+    def write_step_scalars(self, *, step: int, lr: float) -> None:
+        """The scalars of `step` at `lr` for the update that update_launches recorded, before its replay."""
+        hyper = self.optimizer
+        self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
+                                  for decay in (hyper.weight_decay, 0.0)])
+
+    def _adamw_launches(self, *, step: int, lr: float, verdict: Buffer | None = None) -> None:
+        """adamw's launches; with a verdict (a replayed update), reading the step's scalars from _step_scalars
+        whatever step and lr say, and doing nothing on a refused verdict."""
         hyper = self.optimizer
         for run in self.decay_runs:
             K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
                     self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
-                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0)
+                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
+                    step_scalars=None if verdict is None else self._step_scalars.view(0 if run.decays else 3, 3),
+                    verdict=verdict)

@@ -52,18 +52,27 @@ class TokenInputs:
         `partials` [rows, vocabulary, width], the rows then combined by the row tree (docs/mesh.md). fast: fast
         mode's order instead, the groups summed in chunks (kernels.embedding_backward_chunked)."""
         vocabulary, width = dtable.shape
-        order, offsets = K.embedding_groups(ids, vocabulary, 0 if fast else row_length)
-        self.order.write(order)
         if not fast:
-            grouped = self.offsets.view(0, offsets.size)
-            grouped.write(offsets)
+            grouped = self.write_groups(ids, vocabulary, row_length)
             K.embedding_backward(dtable, d_out, self.order, grouped, width, partials=partials)
             return
+        order, offsets = K.embedding_groups(ids, vocabulary)
+        self.order.write(order)
         chunk_starts, id_chunks = K.embedding_chunks(offsets)
         starts = self.chunk_starts.view(0, chunk_starts.size)
         starts.write(chunk_starts)
         self.id_chunks.write(id_chunks)
         K.embedding_backward_chunked(dtable, d_out, self.order, starts, self.id_chunks, width)
+
+    def write_groups(self, ids: np.ndarray, vocabulary: int, row_length: int = 0) -> Buffer:
+        """Group the tokens by id on the host (by packed row and id with row_length: ``kernels.embedding_groups``)
+        into order and offsets, for the identical embedding backward; answers the offsets written (the first
+        entries of the buffer, which is sized for the most rows)."""
+        order, offsets = K.embedding_groups(ids, vocabulary, row_length)
+        self.order.write(order)
+        grouped = self.offsets.view(0, offsets.size)
+        grouped.write(offsets)
+        return grouped
 
 
 @dataclass
@@ -77,9 +86,11 @@ class CrossEntropyHead:
     losses: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int) -> CrossEntropyHead:
+    def allocate(cls, device: Device, n: int, vocabulary: int, *, losses: Buffer | None = None) -> CrossEntropyHead:
+        """losses: where the losses go, if not a buffer of their own (a view at the start of a larger one, which
+        a single download then reads with what follows them)."""
         return cls(targets=device.empty(n, np.int32), logits=device.empty((n, vocabulary)),
-                   dlogits=device.empty((n, vocabulary)), losses=device.empty(n))
+                   dlogits=device.empty((n, vocabulary)), losses=device.empty(n) if losses is None else losses)
 
     def forward(self, x: Buffer, weight: Buffer) -> None:
         n, vocabulary = self.logits.shape
@@ -88,6 +99,10 @@ class CrossEntropyHead:
     def score(self, targets: np.ndarray, *, grad_scale: float, with_gradient: bool) -> None:
         """Each token's loss; with_gradient also dlogits, the gradient of grad_scale·Σ losses."""
         self.targets.write(targets.reshape(-1))
+        self.cross_entropy(grad_scale=grad_scale, with_gradient=with_gradient)
+
+    def cross_entropy(self, *, grad_scale: float, with_gradient: bool) -> None:
+        """score's launch, on the targets the buffer holds."""
         K.cross_entropy(self.losses, self.dlogits if with_gradient else None, self.logits, self.targets,
                         grad_scale=grad_scale)
 
