@@ -254,12 +254,13 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 #
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
-# int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
-# turns the N residues of X into X. One product runs, in order: each operand's line exponents (line_exponents,
-# a GPU warp a line, or for a transposed operand partial_maxima then exponents_of_partials), its residue
-# planes (exact_residues, a task a line and group of 16 k), the plane products (on a GPU one strided batched
-# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
-# integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
+# int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and the Chinese remainder theorem's
+# weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
+# in order: each operand's line exponents (line_exponents, a GPU warp a line, or for a transposed operand
+# partial_maxima then exponents_of_partials), its residue planes (exact_residues, a task a line and group of
+# 16 k), the plane products (on a GPU one strided batched cuBLAS int8 GEMM a chunk of k, on the CPU
+# residue_products) and crt_round, a task an output. Every body is integer arithmetic in 32 bits where the
+# values allow, and the CPU runs the same bodies.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -414,73 +415,94 @@ def residue_products(task: Int, args: Args):
 comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
 
 
-def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
-    """Whether Π_{j ≥ i} p_j (over the first `moduli` MODULI) is below 2^64: then Garner's value from digit i
-    up, which lies below that product, fits in 64 bits."""
-    var product = UInt128(1)
+def crt_cofactor_inverse[moduli: Int, i: Int]() -> Int:
+    """c_i = (P/p_i)⁻¹ mod p_i, P the product of the first `moduli` MODULI."""
+    var cofactor = 1  # P/p_i mod p_i
     comptime for j in range(len(MODULI)):
-        if i <= j < moduli:
-            product *= UInt128(MODULI[j])
-    return product < UInt128(1) << 64
+        if j < moduli and j != i:
+            cofactor = cofactor * MODULI[j] % MODULI[i]
+    return inverse_mod(cofactor, MODULI[i])
+
+
+def crt_weight[moduli: Int, i: Int]() -> UInt128:
+    """W_i = (P/p_i)·c_i: ≡ 1 modulo p_i, ≡ 0 modulo the other moduli, below P (c_i < p_i)."""
+    var cofactor = UInt128(1)
+    comptime for j in range(len(MODULI)):
+        if j < moduli and j != i:
+            cofactor *= UInt128(MODULI[j])
+    return cofactor * UInt128(crt_cofactor_inverse[moduli, i]())
+
+
+def crt_fraction[moduli: Int, i: Int]() -> UInt64:
+    """⌊2^32·c_i/p_i⌋: W_i/P = c_i/p_i in 32-bit fixed point, rounded down."""
+    return (UInt64(crt_cofactor_inverse[moduli, i]()) << 32) // UInt64(MODULI[i])
+
+
+def word(x: UInt128, w: Int) -> UInt64:
+    """32-bit word w of x (word 0 the lowest)."""
+    return UInt64((x >> UInt128(32 * w)) & 0xFFFFFFFF)
+
+
+comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, so |X| < P/2 < 2^95 fixes it
 
 
 def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
-    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
-    mod p_i (the weights p0⋯p_{j−1} mod p_i known at compile time), taken symmetric (|X| < P/2), then rounded
-    as exact_products rounds it; NaN for a non-finite line. The digits take 32-bit arithmetic (each below 256,
-    each sum of products below 2^20) and the radix sum stays in 64 bits until it needs 128."""
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i, summed
+    over the chunks: 0 ≤ r_i < 16·256 = 2^12), then rounded as exact_products rounds it; NaN for a non-finite
+    line. All chunk sums of one chunk are loaded at once (they are independent).
+
+    The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
+    - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
+      their product P (the moduli are pairwise coprime).
+    - q is the nearest integer to S/P: S/P = q' + X/P for the integer q' = (S − X)/P, and |X| < K·2^(2b) ≤
+      2^(⌊log2 P⌋ − 1) (bits_per_side), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P (2^−6.1 for 11
+      moduli, 2^−2.2 for 12). S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
+      T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^12·2^−32 < 2^−16 < δ, so
+      q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
+    - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
+      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^12)
+      in 64 bits, below 24·2^44 < 2^49 with the carries; word 2 is kept modulo 2^32 (wrapping).
+    Per output: 3·N 32×32-bit multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
     var bits = args.size(3)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var c = args.f32(0)
-    var e = args.i32(2).unsafe_load(output // N)
-    var f = args.i32(3).unsafe_load(output % N)
-    if e == NON_FINITE or f == NON_FINITE:
-        c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
-        return
-    var sums = args.i32(1)
-    var digits = SIMD[DType.uint32, 16](0)
+    var row = output // N
+    var e = args.i32(2).unsafe_load(row)
+    var f = args.i32(3).unsafe_load(output - row * N)
+    var sums = args.i32(1).unsafe_offset(output)
+    var residues = SIMD[DType.uint32, 16](0)
+    for chunk in range(chunks):
+        comptime for i in range(moduli):
+            comptime p = UInt32(MODULI[i])
+            comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
+            residues[i] += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N)) + lift) % p
+    var estimate = UInt64(1 << 31)  # T + 2^31
+    var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var middle = UInt64(0)
+    var high = UInt32(0)
     comptime for i in range(moduli):
-        comptime p = UInt32(MODULI[i])
-        comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
-        var residue = UInt32(0)
-        for chunk in range(chunks):
-            residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
-        var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
-        comptime for j in range(i):
-            comptime weight = UInt32(prefix_product_mod(j, MODULI[i]))  # p0⋯p_{j−1} mod p_i
-            known += digits[j] * weight
-        comptime above_known = UInt32((1 << 20) // MODULI[i] + 1) * p
-        comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, MODULI[i]), MODULI[i]))  # (p0⋯p_{i−1})⁻¹
-        digits[i] = (residue + above_known - known) * inverse % p
-    var low = UInt64(0)
-    var x = UInt128(0)
-    comptime for step in range(moduli):
-        comptime i = moduli - 1 - step
-        comptime if radix_fits_64_bits(moduli, i):
-            low = low * UInt64(MODULI[i]) + UInt64(digits[i])
-        else:
-            comptime if radix_fits_64_bits(moduli, i + 1):
-                x = UInt128(low)
-            x = x * UInt128(MODULI[i]) + UInt128(digits[i])
-    comptime product = modulus_product(moduli)
-    var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
+        comptime weight = crt_weight[moduli, i]()
+        var r = UInt64(residues[i])
+        comptime fraction = crt_fraction[moduli, i]()
+        estimate += r * fraction
+        low += r * word(weight, 0)
+        middle += r * word(weight, 1)
+        high += UInt32(r) * UInt32(word(weight, 2))
+    var q = estimate >> 32
+    comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product(moduli)  # ≡ −P (mod 2^96)
+    low += q * word(complement, 0)
+    middle += q * word(complement, 1) + (low >> 32)
+    high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
+    var value = (Int128(Int64(Int32(high))) << 64) | Int128(((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF))
     var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
     if args.flag(4):
         rounded_value = c.unsafe_load(output) + rounded_value
+    if e == NON_FINITE or f == NON_FINITE:
+        rounded_value = bitcast[DType.float32](CANONICAL_NAN)
     c.unsafe_store(output, rounded_value)
-
-
-def prefix_product_mod(count: Int, p: Int) -> Int:
-    """p0·p1⋯p_{count−1} mod p, over the MODULI."""
-    var product = 1
-    comptime for j in range(len(MODULI)):
-        if j < count:
-            product = product * MODULI[j] % p
-    return product
 
 
 def modulus_product(moduli: Int) -> UInt128:
