@@ -23,7 +23,8 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, launch_teams, sync
+from max.gpu.memory import AddressSpace
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -256,9 +257,9 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
 # int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and the Chinese remainder theorem's
 # weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
-# in order: each operand's line exponents (line_exponents, a GPU warp a line, or for a transposed operand
-# partial_maxima then exponents_of_partials), its residue planes (exact_residues, a task a line and group of
-# 16 k), the plane products (on a GPU one strided batched cuBLAS int8 GEMM a chunk of k, on the CPU
+# in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
+# its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
+# operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched cuBLAS int8 GEMM a chunk of k, on the CPU
 # residue_products) and crt_round, a task an output. Every body is integer arithmetic in 32 bits where the
 # values allow, and the CPU runs the same bodies.
 
@@ -309,13 +310,13 @@ def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
         args.i32(0).unsafe_store(line, exponent_of_largest(largest))
 
 
-comptime EXPONENT_BLOCK = 256  # k one partial_maxima task reads
+comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
 comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines", "")
 
 
 def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
-    b·lines + line stores partial[task] = the largest magnitude's bits among elements [256b, 256b + 256) of
+    b·lines + line stores partial[task] = the largest magnitude's bits among elements [64b, 64b + 64) of
     line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks."""
     var length = args.size(0)
     var step = args.size(2)
@@ -329,66 +330,125 @@ def partial_maxima(task: Int, args: Args):
     args.i32(0).unsafe_store(task, Int32(largest))
 
 
-comptime EXPONENTS_OF_PARTIALS = Interface("exponents partial", "blocks lines", "")
-
-
-def exponents_of_partials(line: Int, args: Args):
-    """exponents[line] = e of line `line` from its partial maxima (partial_maxima): the same e as line_exponents
-    finds, a maximum being a maximum in any grouping."""
-    var blocks = args.size(0)
-    var lines = args.size(1)
-    var partial = args.i32(1)
-    var largest = UInt32(0)
-    for b in range(blocks):
-        largest = max(largest, UInt32(partial.unsafe_load(b * lines + line)))
-    args.i32(0).unsafe_store(line, exponent_of_largest(largest))
-
-
-comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16-byte store per modulus
+comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
 comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
 
 
-def exact_residues[moduli: Int](task: Int, args: Args):
-    """k values [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents): the
-    symmetric residues of their fixed-point values v modulo each of the first `moduli` MODULI,
-    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
-    zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
-    side by side at one group, so neighbouring tasks read neighbouring floats.
+@fieldwise_init
+struct FixedGroup(ImplicitlyCopyable, Movable):
+    """RESIDUE_GROUP fixed-point values v = high·2^32 + middle·2^16 + low, with −2^11 ≤ high < 2^11 and
+    0 ≤ middle, low < 2^16 (|v| < 2^bits ≤ 2^43)."""
 
-    |v| < 2^bits ≤ 2^43, so v = h·2^32 + m·2^16 + l with −2^11 ≤ h < 2^11 and 0 ≤ m, l < 2^16, and
-    v ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25): one 32-bit remainder a
-    modulus gives the residue the 64-bit v has."""
+    var high: SIMD[DType.int32, RESIDUE_GROUP]
+    var middle: SIMD[DType.int32, RESIDUE_GROUP]
+    var low: SIMD[DType.int32, RESIDUE_GROUP]
+
+    @always_inline
+    def residues[p: Int](self) -> SIMD[DType.int8, RESIDUE_GROUP]:
+        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8):
+        v ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25), so one 32-bit
+        remainder gives the residue the 64-bit v has."""
+        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
+        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
+        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
+        return symmetric.cast[DType.int8]()
+
+
+@always_inline
+def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int32) -> FixedGroup:
+    """The fixed-point values of elements [first, first + 16) of a line (element k at x[k·step]): zero past
+    `length` and for a non-finite line."""
+    var group = FixedGroup(SIMD[DType.int32, RESIDUE_GROUP](0), SIMD[DType.int32, RESIDUE_GROUP](0),
+                           SIMD[DType.int32, RESIDUE_GROUP](0))
+    comptime for j in range(RESIDUE_GROUP):
+        var k = first + j
+        if k < length and e != NON_FINITE:
+            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+            group.high[j] = Int32(fixed >> 32)
+            group.middle[j] = Int32((fixed >> 16) & 0xFFFF)
+            group.low[j] = Int32(fixed & 0xFFFF)
+    return group
+
+
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
+    [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents) and stores the symmetric
+    residues of their fixed-point values modulo each of the first `moduli` MODULI at
+    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
+    zero), so a line's groups lie side by side."""
     var length = args.size(0)
-    var line_stride = args.size(1)
+    var bits = args.size(3)
+    var lines = args.size(4)
+    var groups = padded(length) // RESIDUE_GROUP
+    var line = task // groups
+    var first = (task - line * groups) * RESIDUE_GROUP
+    var e = args.i32(1).unsafe_load(line)
+    var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length, first, bits, e)
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    comptime for i in range(moduli):
+        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+            (i * lines + line) * padded(length) + first, group.residues[MODULI[i]]()
+        )
+
+
+comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's reads span 32 neighbouring lines
+comptime TILE_GROUPS = 4  # groups of 16 k of one tile
+comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
+comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
+
+
+def tile_scratch_floats(moduli: Int) -> Int:
+    """The scratch one tile's residues take: `moduli` planes of TILE_LINES rows of TILE_ROW bytes."""
+    return moduli * TILE_LINES * TILE_ROW // 4
+
+
+def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
+    task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """exact_residues' values for lines whose elements lie `lines` apart (neighbouring lines side by side: a
+    transposed operand), a tile of 32 lines × 64 k a team of 128 threads (task = tile of k · line tiles + tile
+    of lines). Thread t converts line t mod 32 of the tile at group t ÷ 32, so a warp reads 32 neighbouring
+    floats at once, into the scratch (each modulus a plane of 32 rows of TILE_ROW bytes, padded so that 8
+    neighbouring rows' 16-byte stores hit different banks); after the barrier thread t stores 16 bytes of row
+    t ÷ 4 at group t mod 4 of each plane, so 4 threads write 64 contiguous bytes of a line."""
+    var length = args.size(0)
     var step = args.size(2)
     var bits = args.size(3)
     var lines = args.size(4)
     var groups = padded(length) // RESIDUE_GROUP
-    var line = task // groups if step == 1 else task % lines
-    var group = task % groups if step == 1 else task // lines
-    var x = args.f32(2).unsafe_offset(line * line_stride)
-    var e = args.i32(1).unsafe_load(line)
-    var high = SIMD[DType.int32, RESIDUE_GROUP](0)  # v = high·2^32 + middle·2^16 + low
-    var middle = SIMD[DType.int32, RESIDUE_GROUP](0)
-    var low = SIMD[DType.int32, RESIDUE_GROUP](0)
-    comptime for j in range(RESIDUE_GROUP):
-        var k = group * RESIDUE_GROUP + j
-        if k < length and e != NON_FINITE:
-            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-            high[j] = Int32(fixed >> 32)
-            middle[j] = Int32((fixed >> 16) & 0xFFFF)
-            low[j] = Int32(fixed & 0xFFFF)
+    var line_tiles = (lines + TILE_LINES - 1) // TILE_LINES
+    var first_line = task % line_tiles * TILE_LINES
+    var first_group = task // line_tiles * TILE_GROUPS
+    var rows = scratch.bitcast[Int8]()
+    for p in range(played):
+        var thread = first + p
+        var line = first_line + thread % TILE_LINES
+        var g = first_group + thread // TILE_LINES
+        if line < lines and g < groups:
+            var e = args.i32(1).unsafe_load(line)
+            var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), step, length, g * RESIDUE_GROUP,
+                                    bits, e)
+            var at = thread % TILE_LINES * TILE_ROW + thread // TILE_LINES * RESIDUE_GROUP
+            comptime for i in range(moduli):
+                rows.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    i * TILE_LINES * TILE_ROW + at, group.residues[MODULI[i]]()
+                )
+    sync[played]()
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
-    var first = line * padded(length) + group * RESIDUE_GROUP
-    comptime for i in range(moduli):
-        comptime p = MODULI[i]
-        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
-        var congruent = middle * Int32((1 << 16) % p) + low + high * Int32((1 << 32) % p) + Int32(lift)
-        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
-        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
-        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            i * lines * padded(length) + first, symmetric.cast[DType.int8]()
-        )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
+    for p in range(played):
+        var thread = first + p
+        var row = thread // TILE_GROUPS
+        var line = first_line + row
+        var g = first_group + thread % TILE_GROUPS
+        if line < lines and g < groups:
+            comptime for i in range(moduli):
+                var values = rows.unsafe_load[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    i * TILE_LINES * TILE_ROW + row * TILE_ROW + thread % TILE_GROUPS * RESIDUE_GROUP
+                )
+                residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    (i * lines + line) * padded(length) + g * RESIDUE_GROUP, values
+                )
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -588,9 +648,11 @@ def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
     line_stride: Int, element_stride: Int, bits: Int,
 ) raises:
-    """The lines' exponents, then their residue planes (exact_residues). Where a line's elements are contiguous,
-    a GPU warp takes a line (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima,
-    into `partial`), then a task a line (exponents_of_partials): a warp's reads are contiguous either way."""
+    """The lines' exponents, then their residue planes. Where a line's elements are contiguous, a GPU warp takes a
+    line (line_exponents) and a task a group of 16 k (exact_residues); else the lines' partial maxima over blocks
+    of k (partial_maxima, into `partial`; a partial maximum's bits are a magnitude's, so line_exponents over them
+    finds the line's e), then a team a tile of 32 lines × 64 k (exact_residues_across): a warp's reads are
+    contiguous either way, and so are its stores of residues."""
     if element_stride == 1:
         var args = Args.empty()  # LINE_EXPONENTS
         args.addresses[0] = Int64(exponents)
@@ -609,12 +671,13 @@ def residue_planes[moduli: Int](
         partials.sizes[2] = Int64(element_stride)
         partials.sizes[3] = Int64(lines)
         launch_index[partial_maxima](dev, blocks * lines, partials)
-        var maxima = Args.empty()  # EXPONENTS_OF_PARTIALS
+        var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: line l's are `lines` apart
         maxima.addresses[0] = Int64(exponents)
         maxima.addresses[1] = Int64(partial)
         maxima.sizes[0] = Int64(blocks)
-        maxima.sizes[1] = Int64(lines)
-        launch_index[exponents_of_partials](dev, lines, maxima)
+        maxima.sizes[1] = Int64(1)
+        maxima.sizes[2] = Int64(lines)
+        launch_rows[line_exponents](dev, lines, maxima)
     var planes = Args.empty()  # EXACT_RESIDUES
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
@@ -624,7 +687,12 @@ def residue_planes[moduli: Int](
     planes.sizes[2] = Int64(element_stride)
     planes.sizes[3] = Int64(bits)
     planes.sizes[4] = Int64(lines)
-    launch_index[exact_residues[moduli]](dev, lines * (padded(length) // RESIDUE_GROUP), planes)
+    var groups = padded(length) // RESIDUE_GROUP
+    if element_stride == 1:
+        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
+    else:
+        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across](dev, tiles, planes)
 
 
 def plane_products_on_tensor_cores(
