@@ -174,27 +174,34 @@ def rounded(x: Int128, shift: Int) -> Float32:
         return Float32(0)
     var sign = UInt32(0x80000000) if x < 0 else UInt32(0)
     var magnitude = UInt128(-x if x < 0 else x)
-    var length = 128 - Int(count_leading_zeros(magnitude))
+    var high = UInt64(magnitude >> 64)
+    var low = UInt64(magnitude & 0xFFFFFFFFFFFFFFFF)
+    var length = 128 - Int(count_leading_zeros(high)) if high != 0 else 64 - Int(count_leading_zeros(low))
     var top = length - shift  # the value lies in [2^(top − 1), 2^top)
     if top < -149:
         return bitcast[DType.float32](sign)
-    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits
-    var dropped = length - kept
-    var q: UInt128
-    if dropped > 0:
-        q = magnitude >> UInt128(dropped)
-        var remainder = magnitude - (q << UInt128(dropped))
-        var half = UInt128(1) << UInt128(dropped - 1)
-        if remainder > half or (remainder == half and (q & 1) == 1):
-            q += 1
+    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits (0 ≤ kept ≤ 24)
+    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether
+    # a bit below them is set; a magnitude of at most 64 bits is all in `lead`.
+    var lead: UInt64
+    var below = False
+    if high != 0:
+        var up = UInt64(128 - length)  # 0 … 63
+        lead = high << up | (low >> (64 - up) if up > 0 else 0)
+        below = low << up != 0
     else:
-        q = magnitude << UInt128(-dropped)
+        lead = low << UInt64(64 - length)
+    var q = lead >> 1 >> UInt64(63 - kept)  # the kept leading bits
+    var rest = lead << UInt64(kept)  # the dropped bits of `lead`, left-aligned: half is 2^63
+    var half = UInt64(1) << 63
+    if rest > half or (rest == half and (below or (q & 1) == 1)):
+        q += 1
     var exponent = top - 1  # of the value before rounding
-    if q == UInt128(1) << UInt128(kept):  # the rounding carried into the next power of two
+    if q == UInt64(1) << UInt64(kept):  # the rounding carried into the next power of two
         exponent += 1
         if kept == 24:
             q >>= 1
-    if exponent >= -126 and q >= UInt128(1) << UInt128(23):  # a normal result: 24 significant bits in q
+    if exponent >= -126 and q >= UInt64(1) << 23:  # a normal result: 24 significant bits in q
         if exponent > 127:
             return bitcast[DType.float32](sign | 0x7F800000)
         return bitcast[DType.float32](sign | (UInt32(exponent + 127) << 23) | (UInt32(q) & 0x7FFFFF))
