@@ -341,6 +341,16 @@ comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte sto
 comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
 
 
+@always_inline
+def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """x mod p for 0 ≤ x < 2^31 and 128 < p ≤ 256, by one 32-bit high multiply (no 64-bit division, which a GPU
+    emulates): with m = ⌈2^39/p⌉ < 2^32 and m·p = 2^39 + d (0 ≤ d < p), x·m/2^39 = x/p + x·d/(p·2^39) lies in
+    [x/p, x/p + 1/p), so its floor is ⌊x/p⌋ (x/p's fraction is at most (p − 1)/p)."""
+    comptime m = ((1 << 39) + p - 1) // p
+    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> 39).cast[DType.uint32]()
+    return x - quotient * UInt32(p)
+
+
 @fieldwise_init
 struct FixedGroup(ImplicitlyCopyable, Movable):
     """RESIDUE_GROUP fixed-point values v = high·2^32 + middle·2^16 + low, with −2^11 ≤ high < 2^11 and
@@ -357,7 +367,7 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
         remainder gives the residue the 64-bit v has."""
         comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
         var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
-        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
+        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # v mod p, in [0, p)
         var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
         return symmetric.cast[DType.int8]()
 
@@ -514,9 +524,9 @@ comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, 
 
 
 def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i, summed
-    over the chunks: 0 ≤ r_i < 16·256 = 2^12), then rounded as exact_products rounds it; NaN for a non-finite
-    line. All chunk sums of one chunk are loaded at once (they are independent).
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i to a value
+    below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then rounded as exact_products rounds it; NaN
+    for a non-finite line. All chunk sums of one chunk are loaded at once (they are independent).
 
     The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
@@ -524,11 +534,11 @@ def crt_round[moduli: Int](output: Int, args: Args):
     - q is the nearest integer to S/P: S/P = q' + X/P for the integer q' = (S − X)/P, and |X| < K·2^(2b) ≤
       2^(⌊log2 P⌋ − 1) (bits_per_side), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P (2^−6.1 for 11
       moduli, 2^−2.2 for 12). S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
-      T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^12·2^−32 < 2^−16 < δ, so
+      T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^13·2^−32 < 2^−15 < δ, so
       q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
-      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^12)
-      in 64 bits, below 24·2^44 < 2^49 with the carries; word 2 is kept modulo 2^32 (wrapping).
+      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
+      in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
     Per output: 3·N 32×32-bit multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
     var M = args.size(0)
     var N = args.size(1)
@@ -543,9 +553,13 @@ def crt_round[moduli: Int](output: Int, args: Args):
     var residues = SIMD[DType.uint32, 16](0)
     for chunk in range(chunks):
         comptime for i in range(moduli):
-            comptime p = UInt32(MODULI[i])
-            comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
-            residues[i] += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N)) + lift) % p
+            comptime p = MODULI[i]
+            var sum = sums.unsafe_load((i * chunks + chunk) * M * N)
+            comptime if p == 256:
+                residues[i] += UInt32(sum) & 0xFF  # the two's complement's low byte
+            else:  # |sum| ≤ 127²·2^16 < 2^30 (residues within ±127), so sum + 2^30 lies in [0, 2^31)
+                comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
+                residues[i] += remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
     var estimate = UInt64(1 << 31)  # T + 2^31
     var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
     var middle = UInt64(0)
