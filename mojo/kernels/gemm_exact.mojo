@@ -266,9 +266,9 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
 # in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
 # its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
-# operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched cuBLAS int8 GEMM a chunk of k, on the CPU
-# residue_products) and crt_round, a task an output. Every body is integer arithmetic in 32 bits where the
-# values allow, and the CPU runs the same bodies.
+# operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched
+# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
+# integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
