@@ -23,7 +23,7 @@ from std.python import PythonObject
 from max.algorithm import parallelize
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
-from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, block_idx, global_idx, thread_idx
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, global_idx, thread_idx
 from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
@@ -331,6 +331,13 @@ def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody](
         n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
     )
     body[D, 1, AddressSpace.SHARED](Int(block_idx.x), Int(thread_idx.x), args, shared)
+
+
+@always_inline
+def sync[played: Int]():
+    """The end of a phase: a barrier on a GPU; on the CPU the call has already played every thread to it."""
+    comptime if played == 1:
+        barrier()
 
 
 def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:

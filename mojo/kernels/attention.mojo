@@ -42,10 +42,9 @@ Every attention kernel reads the one interface ATTENTION, by the names of `Atten
 
 from std.collections import Array
 from std.math import fma
-from max.gpu import barrier
 from max.gpu.memory import AddressSpace
 from engine.device import F32Ptr, I32Ptr
-from engine.launch import Args, Interface
+from engine.launch import Args, Interface, sync
 from engine.reduction import fma_dot
 from engine import numerics
 
@@ -210,13 +209,6 @@ struct Thread[D: Int](Copyable, Movable):
 
 
 # ---- team steps ----------------------------------------------------------------------------------------
-
-@always_inline
-def sync[played: Int]():
-    """The end of a phase: a barrier on a GPU; on the CPU the call has already played every thread to it."""
-    comptime if played == 1:
-        barrier()
-
 
 @always_inline
 def slot_position(slot: Int) -> Int:

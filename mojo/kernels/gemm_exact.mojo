@@ -23,7 +23,8 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows
+from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, launch_teams, sync
+from max.gpu.memory import AddressSpace
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -173,27 +174,34 @@ def rounded(x: Int128, shift: Int) -> Float32:
         return Float32(0)
     var sign = UInt32(0x80000000) if x < 0 else UInt32(0)
     var magnitude = UInt128(-x if x < 0 else x)
-    var length = 128 - Int(count_leading_zeros(magnitude))
+    var high = UInt64(magnitude >> 64)
+    var low = UInt64(magnitude & 0xFFFFFFFFFFFFFFFF)
+    var length = 128 - Int(count_leading_zeros(high)) if high != 0 else 64 - Int(count_leading_zeros(low))
     var top = length - shift  # the value lies in [2^(top − 1), 2^top)
     if top < -149:
         return bitcast[DType.float32](sign)
-    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits
-    var dropped = length - kept
-    var q: UInt128
-    if dropped > 0:
-        q = magnitude >> UInt128(dropped)
-        var remainder = magnitude - (q << UInt128(dropped))
-        var half = UInt128(1) << UInt128(dropped - 1)
-        if remainder > half or (remainder == half and (q & 1) == 1):
-            q += 1
+    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits (0 ≤ kept ≤ 24)
+    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether
+    # a bit below them is set; a magnitude of at most 64 bits is all in `lead`.
+    var lead: UInt64
+    var below = False
+    if high != 0:
+        var up = UInt64(128 - length)  # 0 … 63
+        lead = high << up | (low >> (64 - up) if up > 0 else 0)
+        below = low << up != 0
     else:
-        q = magnitude << UInt128(-dropped)
+        lead = low << UInt64(64 - length)
+    var q = lead >> 1 >> UInt64(63 - kept)  # the kept leading bits
+    var rest = lead << UInt64(kept)  # the dropped bits of `lead`, left-aligned: half is 2^63
+    var half = UInt64(1) << 63
+    if rest > half or (rest == half and (below or (q & 1) == 1)):
+        q += 1
     var exponent = top - 1  # of the value before rounding
-    if q == UInt128(1) << UInt128(kept):  # the rounding carried into the next power of two
+    if q == UInt64(1) << UInt64(kept):  # the rounding carried into the next power of two
         exponent += 1
         if kept == 24:
             q >>= 1
-    if exponent >= -126 and q >= UInt128(1) << UInt128(23):  # a normal result: 24 significant bits in q
+    if exponent >= -126 and q >= UInt64(1) << 23:  # a normal result: 24 significant bits in q
         if exponent > 127:
             return bitcast[DType.float32](sign | 0x7F800000)
         return bitcast[DType.float32](sign | (UInt32(exponent + 127) << 23) | (UInt32(q) & 0x7FFFFF))
@@ -254,10 +262,11 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 #
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
-# int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and Garner's mixed-radix form
-# turns the N residues of X into X. One product runs, in order: each operand's line exponents (line_exponents,
-# a GPU warp a line, or for a transposed operand partial_maxima then exponents_of_partials), its residue
-# planes (exact_residues, a task a line and group of 16 k), the plane products (on a GPU one strided batched
+# int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and the Chinese remainder theorem's
+# weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
+# in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
+# its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
+# operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched
 # cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
 # integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
 
@@ -308,13 +317,13 @@ def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
         args.i32(0).unsafe_store(line, exponent_of_largest(largest))
 
 
-comptime EXPONENT_BLOCK = 256  # k one partial_maxima task reads
+comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
 comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines", "")
 
 
 def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
-    b·lines + line stores partial[task] = the largest magnitude's bits among elements [256b, 256b + 256) of
+    b·lines + line stores partial[task] = the largest magnitude's bits among elements [64b, 64b + 64) of
     line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks."""
     var length = args.size(0)
     var step = args.size(2)
@@ -328,66 +337,135 @@ def partial_maxima(task: Int, args: Args):
     args.i32(0).unsafe_store(task, Int32(largest))
 
 
-comptime EXPONENTS_OF_PARTIALS = Interface("exponents partial", "blocks lines", "")
-
-
-def exponents_of_partials(line: Int, args: Args):
-    """exponents[line] = e of line `line` from its partial maxima (partial_maxima): the same e as line_exponents
-    finds, a maximum being a maximum in any grouping."""
-    var blocks = args.size(0)
-    var lines = args.size(1)
-    var partial = args.i32(1)
-    var largest = UInt32(0)
-    for b in range(blocks):
-        largest = max(largest, UInt32(partial.unsafe_load(b * lines + line)))
-    args.i32(0).unsafe_store(line, exponent_of_largest(largest))
-
-
-comptime RESIDUE_GROUP = 16  # k values one exact_residues task converts: one 16-byte store per modulus
+comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
 comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
 
 
-def exact_residues[moduli: Int](task: Int, args: Args):
-    """k values [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents): the
-    symmetric residues of their fixed-point values v modulo each of the first `moduli` MODULI,
-    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
-    zero). Tasks run along the layout: a line's groups side by side where its k are contiguous, else the lines
-    side by side at one group, so neighbouring tasks read neighbouring floats.
+@always_inline
+def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """x mod p for 0 ≤ x < 2^31 and 128 < p ≤ 256, by one 32-bit high multiply (no 64-bit division, which a GPU
+    emulates): with m = ⌈2^39/p⌉ < 2^32 and m·p = 2^39 + d (0 ≤ d < p), x·m/2^39 = x/p + x·d/(p·2^39) lies in
+    [x/p, x/p + 1/p), so its floor is ⌊x/p⌋ (x/p's fraction is at most (p − 1)/p)."""
+    comptime m = ((1 << 39) + p - 1) // p
+    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> 39).cast[DType.uint32]()
+    return x - quotient * UInt32(p)
 
-    |v| < 2^bits ≤ 2^43, so v = h·2^32 + m·2^16 + l with −2^11 ≤ h < 2^11 and 0 ≤ m, l < 2^16, and
-    v ≡ m·(2^16 mod p) + l + h·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25): one 32-bit remainder a
-    modulus gives the residue the 64-bit v has."""
+
+@fieldwise_init
+struct FixedGroup(ImplicitlyCopyable, Movable):
+    """RESIDUE_GROUP fixed-point values v = high·2^32 + middle·2^16 + low, with −2^11 ≤ high < 2^11 and
+    0 ≤ middle, low < 2^16 (|v| < 2^bits ≤ 2^43)."""
+
+    var high: SIMD[DType.int32, RESIDUE_GROUP]
+    var middle: SIMD[DType.int32, RESIDUE_GROUP]
+    var low: SIMD[DType.int32, RESIDUE_GROUP]
+
+    @always_inline
+    def residues[p: Int](self) -> SIMD[DType.int8, RESIDUE_GROUP]:
+        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8):
+        v ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25), so one 32-bit
+        remainder gives the residue the 64-bit v has."""
+        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
+        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # v mod p, in [0, p)
+        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
+        return symmetric.cast[DType.int8]()
+
+
+@always_inline
+def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int32) -> FixedGroup:
+    """The fixed-point values of elements [first, first + 16) of a line (element k at x[k·step]): zero past
+    `length` and for a non-finite line."""
+    var group = FixedGroup(SIMD[DType.int32, RESIDUE_GROUP](0), SIMD[DType.int32, RESIDUE_GROUP](0),
+                           SIMD[DType.int32, RESIDUE_GROUP](0))
+    comptime for j in range(RESIDUE_GROUP):
+        var k = first + j
+        if k < length and e != NON_FINITE:
+            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
+            group.high[j] = Int32(fixed >> 32)
+            group.middle[j] = Int32((fixed >> 16) & 0xFFFF)
+            group.low[j] = Int32(fixed & 0xFFFF)
+    return group
+
+
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
+    [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents) and stores the symmetric
+    residues of their fixed-point values modulo each of the first `moduli` MODULI at
+    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
+    zero), so a line's groups lie side by side."""
     var length = args.size(0)
-    var line_stride = args.size(1)
+    var bits = args.size(3)
+    var lines = args.size(4)
+    var groups = padded(length) // RESIDUE_GROUP
+    var line = task // groups
+    var first = (task - line * groups) * RESIDUE_GROUP
+    var e = args.i32(1).unsafe_load(line)
+    var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length, first, bits, e)
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+    comptime for i in range(moduli):
+        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+            (i * lines + line) * padded(length) + first, group.residues[MODULI[i]]()
+        )
+
+
+comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's reads span 32 neighbouring lines
+comptime TILE_GROUPS = 4  # groups of 16 k of one tile
+comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
+comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
+
+
+def tile_scratch_floats(moduli: Int) -> Int:
+    """The scratch one tile's residues take: `moduli` planes of TILE_LINES rows of TILE_ROW bytes."""
+    return moduli * TILE_LINES * TILE_ROW // 4
+
+
+def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
+    task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
+):
+    """exact_residues' values for lines whose elements lie `lines` apart (neighbouring lines side by side: a
+    transposed operand), a tile of 32 lines × 64 k a team of 128 threads (task = tile of k · line tiles + tile
+    of lines). Thread t converts line t mod 32 of the tile at group t ÷ 32, so a warp reads 32 neighbouring
+    floats at once, into the scratch (each modulus a plane of 32 rows of TILE_ROW bytes, padded so that 8
+    neighbouring rows' 16-byte stores hit different banks); after the barrier thread t stores 16 bytes of row
+    t ÷ 4 at group t mod 4 of each plane, so 4 threads write 64 contiguous bytes of a line."""
+    var length = args.size(0)
     var step = args.size(2)
     var bits = args.size(3)
     var lines = args.size(4)
     var groups = padded(length) // RESIDUE_GROUP
-    var line = task // groups if step == 1 else task % lines
-    var group = task % groups if step == 1 else task // lines
-    var x = args.f32(2).unsafe_offset(line * line_stride)
-    var e = args.i32(1).unsafe_load(line)
-    var high = SIMD[DType.int32, RESIDUE_GROUP](0)  # v = high·2^32 + middle·2^16 + low
-    var middle = SIMD[DType.int32, RESIDUE_GROUP](0)
-    var low = SIMD[DType.int32, RESIDUE_GROUP](0)
-    comptime for j in range(RESIDUE_GROUP):
-        var k = group * RESIDUE_GROUP + j
-        if k < length and e != NON_FINITE:
-            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-            high[j] = Int32(fixed >> 32)
-            middle[j] = Int32((fixed >> 16) & 0xFFFF)
-            low[j] = Int32(fixed & 0xFFFF)
+    var line_tiles = (lines + TILE_LINES - 1) // TILE_LINES
+    var first_line = task % line_tiles * TILE_LINES
+    var first_group = task // line_tiles * TILE_GROUPS
+    var rows = scratch.bitcast[Int8]()
+    for p in range(played):
+        var thread = first + p
+        var line = first_line + thread % TILE_LINES
+        var g = first_group + thread // TILE_LINES
+        if line < lines and g < groups:
+            var e = args.i32(1).unsafe_load(line)
+            var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), step, length, g * RESIDUE_GROUP,
+                                    bits, e)
+            var at = thread % TILE_LINES * TILE_ROW + thread // TILE_LINES * RESIDUE_GROUP
+            comptime for i in range(moduli):
+                rows.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    i * TILE_LINES * TILE_ROW + at, group.residues[MODULI[i]]()
+                )
+    sync[played]()
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
-    var first = line * padded(length) + group * RESIDUE_GROUP
-    comptime for i in range(moduli):
-        comptime p = MODULI[i]
-        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
-        var congruent = middle * Int32((1 << 16) % p) + low + high * Int32((1 << 32) % p) + Int32(lift)
-        var r = (congruent.cast[DType.uint32]() % UInt32(p)).cast[DType.int32]()  # v mod p, in [0, p)
-        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
-        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            i * lines * padded(length) + first, symmetric.cast[DType.int8]()
-        )  # −⌊p/2⌋ … ⌈p/2⌉ − 1, inside int8
+    for p in range(played):
+        var thread = first + p
+        var row = thread // TILE_GROUPS
+        var line = first_line + row
+        var g = first_group + thread % TILE_GROUPS
+        if line < lines and g < groups:
+            comptime for i in range(moduli):
+                var values = rows.unsafe_load[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    i * TILE_LINES * TILE_ROW + row * TILE_ROW + thread % TILE_GROUPS * RESIDUE_GROUP
+                )
+                residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    (i * lines + line) * padded(length) + g * RESIDUE_GROUP, values
+                )
 
 
 comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
@@ -414,73 +492,98 @@ def residue_products(task: Int, args: Args):
 comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
 
 
-def radix_fits_64_bits(moduli: Int, i: Int) -> Bool:
-    """Whether Π_{j ≥ i} p_j (over the first `moduli` MODULI) is below 2^64: then Garner's value from digit i
-    up, which lies below that product, fits in 64 bits."""
-    var product = UInt128(1)
+def crt_cofactor_inverse[moduli: Int, i: Int]() -> Int:
+    """c_i = (P/p_i)⁻¹ mod p_i, P the product of the first `moduli` MODULI."""
+    var cofactor = 1  # P/p_i mod p_i
     comptime for j in range(len(MODULI)):
-        if i <= j < moduli:
-            product *= UInt128(MODULI[j])
-    return product < UInt128(1) << 64
+        if j < moduli and j != i:
+            cofactor = cofactor * MODULI[j] % MODULI[i]
+    return inverse_mod(cofactor, MODULI[i])
+
+
+def crt_weight[moduli: Int, i: Int]() -> UInt128:
+    """W_i = (P/p_i)·c_i: ≡ 1 modulo p_i, ≡ 0 modulo the other moduli, below P (c_i < p_i)."""
+    var cofactor = UInt128(1)
+    comptime for j in range(len(MODULI)):
+        if j < moduli and j != i:
+            cofactor *= UInt128(MODULI[j])
+    return cofactor * UInt128(crt_cofactor_inverse[moduli, i]())
+
+
+def crt_fraction[moduli: Int, i: Int]() -> UInt64:
+    """⌊2^32·c_i/p_i⌋: W_i/P = c_i/p_i in 32-bit fixed point, rounded down."""
+    return (UInt64(crt_cofactor_inverse[moduli, i]()) << 32) // UInt64(MODULI[i])
+
+
+def word(x: UInt128, w: Int) -> UInt64:
+    """32-bit word w of x (word 0 the lowest)."""
+    return UInt64((x >> UInt128(32 * w)) & 0xFFFFFFFF)
+
+
+comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, so |X| < P/2 < 2^95 fixes it
 
 
 def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, modulo p_i) by Garner's mixed
-    radix, X = v0 + p0·(v1 + p1·(v2 + …)) with v_i = (r_i − (v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1}))·(p0⋯p_{i−1})⁻¹
-    mod p_i (the weights p0⋯p_{j−1} mod p_i known at compile time), taken symmetric (|X| < P/2), then rounded
-    as exact_products rounds it; NaN for a non-finite line. The digits take 32-bit arithmetic (each below 256,
-    each sum of products below 2^20) and the radix sum stays in 64 bits until it needs 128."""
+    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i to a value
+    below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then rounded as exact_products rounds it; NaN
+    for a non-finite line. All chunk sums of one chunk are loaded at once (they are independent).
+
+    The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
+    - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
+      their product P (the moduli are pairwise coprime).
+    - q is the nearest integer to S/P: S/P = q' + X/P for the integer q' = (S − X)/P, and |X| < K·2^(2b) ≤
+      2^(⌊log2 P⌋ − 1) (bits_per_side), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P (2^−6.1 for 11
+      moduli, 2^−2.2 for 12). S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
+      T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^13·2^−32 < 2^−15 < δ, so
+      q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
+    - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
+      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
+      in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
+    Per output: 3·N 32×32-bit multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
     var bits = args.size(3)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var c = args.f32(0)
-    var e = args.i32(2).unsafe_load(output // N)
-    var f = args.i32(3).unsafe_load(output % N)
-    if e == NON_FINITE or f == NON_FINITE:
-        c.unsafe_store(output, bitcast[DType.float32](CANONICAL_NAN))
-        return
-    var sums = args.i32(1)
-    var digits = SIMD[DType.uint32, 16](0)
+    var row = output // N
+    var e = args.i32(2).unsafe_load(row)
+    var f = args.i32(3).unsafe_load(output - row * N)
+    var sums = args.i32(1).unsafe_offset(output)
+    var residues = SIMD[DType.uint32, 16](0)
+    for chunk in range(chunks):
+        comptime for i in range(moduli):
+            comptime p = MODULI[i]
+            var sum = sums.unsafe_load((i * chunks + chunk) * M * N)
+            comptime if p == 256:
+                residues[i] += UInt32(sum) & 0xFF  # the two's complement's low byte
+            else:  # |sum| ≤ 127²·2^16 < 2^30 (residues within ±127), so sum + 2^30 lies in [0, 2^31)
+                comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
+                residues[i] += remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
+    var estimate = UInt64(1 << 31)  # T + 2^31
+    var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var middle = UInt64(0)
+    var high = UInt32(0)
     comptime for i in range(moduli):
-        comptime p = UInt32(MODULI[i])
-        comptime lift = UInt32((1 << 30) // MODULI[i] + 1) * p  # a multiple of p above |sum| ≤ 2^30
-        var residue = UInt32(0)
-        for chunk in range(chunks):
-            residue += (UInt32(sums.unsafe_load((i * chunks + chunk) * M * N + output)) + lift) % p
-        var known = UInt32(0)  # ≡ v0 + p0·v1 + … + p0⋯p_{i−2}·v_{i−1} (mod p_i), below 11·2^16
-        comptime for j in range(i):
-            comptime weight = UInt32(prefix_product_mod(j, MODULI[i]))  # p0⋯p_{j−1} mod p_i
-            known += digits[j] * weight
-        comptime above_known = UInt32((1 << 20) // MODULI[i] + 1) * p
-        comptime inverse = UInt32(inverse_mod(prefix_product_mod(i, MODULI[i]), MODULI[i]))  # (p0⋯p_{i−1})⁻¹
-        digits[i] = (residue + above_known - known) * inverse % p
-    var low = UInt64(0)
-    var x = UInt128(0)
-    comptime for step in range(moduli):
-        comptime i = moduli - 1 - step
-        comptime if radix_fits_64_bits(moduli, i):
-            low = low * UInt64(MODULI[i]) + UInt64(digits[i])
-        else:
-            comptime if radix_fits_64_bits(moduli, i + 1):
-                x = UInt128(low)
-            x = x * UInt128(MODULI[i]) + UInt128(digits[i])
-    comptime product = modulus_product(moduli)
-    var value = Int128(x) - Int128(product) if x > product >> 1 else Int128(x)
+        comptime weight = crt_weight[moduli, i]()
+        var r = UInt64(residues[i])
+        comptime fraction = crt_fraction[moduli, i]()
+        estimate += r * fraction
+        low += r * word(weight, 0)
+        middle += r * word(weight, 1)
+        high += UInt32(r) * UInt32(word(weight, 2))
+    var q = estimate >> 32
+    comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product(moduli)  # ≡ −P (mod 2^96)
+    low += q * word(complement, 0)
+    middle += q * word(complement, 1) + (low >> 32)
+    high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
+    var value = (Int128(Int64(Int32(high))) << 64) | Int128(((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF))
     var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
     if args.flag(4):
         rounded_value = c.unsafe_load(output) + rounded_value
+    if e == NON_FINITE or f == NON_FINITE:
+        rounded_value = bitcast[DType.float32](CANONICAL_NAN)
     c.unsafe_store(output, rounded_value)
-
-
-def prefix_product_mod(count: Int, p: Int) -> Int:
-    """p0·p1⋯p_{count−1} mod p, over the MODULI."""
-    var product = 1
-    comptime for j in range(len(MODULI)):
-        if j < count:
-            product = product * MODULI[j] % p
-    return product
 
 
 def modulus_product(moduli: Int) -> UInt128:
@@ -566,9 +669,11 @@ def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
     line_stride: Int, element_stride: Int, bits: Int,
 ) raises:
-    """The lines' exponents, then their residue planes (exact_residues). Where a line's elements are contiguous,
-    a GPU warp takes a line (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima,
-    into `partial`), then a task a line (exponents_of_partials): a warp's reads are contiguous either way."""
+    """The lines' exponents, then their residue planes. Where a line's elements are contiguous, a GPU warp takes a
+    line (line_exponents) and a task a group of 16 k (exact_residues); else the lines' partial maxima over blocks
+    of k (partial_maxima, into `partial`; a partial maximum's bits are a magnitude's, so line_exponents over them
+    finds the line's e), then a team a tile of 32 lines × 64 k (exact_residues_across): a warp's reads are
+    contiguous either way, and so are its stores of residues."""
     if element_stride == 1:
         var args = Args.empty()  # LINE_EXPONENTS
         args.addresses[0] = Int64(exponents)
@@ -587,12 +692,13 @@ def residue_planes[moduli: Int](
         partials.sizes[2] = Int64(element_stride)
         partials.sizes[3] = Int64(lines)
         launch_index[partial_maxima](dev, blocks * lines, partials)
-        var maxima = Args.empty()  # EXPONENTS_OF_PARTIALS
+        var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: line l's are `lines` apart
         maxima.addresses[0] = Int64(exponents)
         maxima.addresses[1] = Int64(partial)
         maxima.sizes[0] = Int64(blocks)
-        maxima.sizes[1] = Int64(lines)
-        launch_index[exponents_of_partials](dev, lines, maxima)
+        maxima.sizes[1] = Int64(1)
+        maxima.sizes[2] = Int64(lines)
+        launch_rows[line_exponents](dev, lines, maxima)
     var planes = Args.empty()  # EXACT_RESIDUES
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
@@ -602,7 +708,12 @@ def residue_planes[moduli: Int](
     planes.sizes[2] = Int64(element_stride)
     planes.sizes[3] = Int64(bits)
     planes.sizes[4] = Int64(lines)
-    launch_index[exact_residues[moduli]](dev, lines * (padded(length) // RESIDUE_GROUP), planes)
+    var groups = padded(length) // RESIDUE_GROUP
+    if element_stride == 1:
+        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
+    else:
+        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across](dev, tiles, planes)
 
 
 def plane_products_on_tensor_cores(
