@@ -316,15 +316,16 @@ team's shared floats."""
 
 
 @__llvm_metadata(
-    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(TEAMS_PER_SM)
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(per_sm)
 )
-def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody](
+def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int](
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
     a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
     n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
     x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
 ):
-    """The GPU launcher of a team kernel: block i is the team of task i, each thread plays itself."""
+    """The GPU launcher of a team kernel: block i is the team of task i, each thread plays itself; `per_sm` teams
+    are meant to share a multiprocessor (a register budget for the compiler)."""
     var shared = stack_allocation[scratch, Float32, alignment=64, address_space=AddressSpace.SHARED]()
     var args = args_of_slots(
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
@@ -340,7 +341,9 @@ def sync[played: Int]():
         barrier()
 
 
-def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:
+def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int = TEAMS_PER_SM](
+    dev: DevicePtr, n: Int, args: Args
+) raises:
     """Run every task in [0, n) by a team of `team` threads sharing `scratch` floats: on a GPU a block of
     `team` threads a task (body[D, 1]); on the CPU one call of body[D, team] a task, playing the whole team."""
     if n <= 0:
@@ -350,7 +353,7 @@ def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody](dev: DevicePtr
             var a = args.addresses
             var s = args.sizes
             var x = args.scalars
-            dev[].ctx().enqueue_function[team_kernel[D, team, scratch, body]](
+            dev[].ctx().enqueue_function[team_kernel[D, team, scratch, body, per_sm]](
                 a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
                 s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
                 x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],

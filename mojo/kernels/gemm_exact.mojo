@@ -413,6 +413,7 @@ comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's re
 comptime TILE_GROUPS = 4  # groups of 16 k of one tile
 comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
 comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
+comptime TILE_TEAMS_PER_SM = 6  # a budget of 85 registers a thread (2 teams, the default, left it 255 and 12 % occupancy)
 
 
 def tile_scratch_floats(moduli: Int) -> Int:
@@ -713,7 +714,9 @@ def residue_planes[moduli: Int](
         launch_index[exact_residues[moduli]](dev, lines * groups, planes)
     else:
         var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
-        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across](dev, tiles, planes)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
+            dev, tiles, planes
+        )
 
 
 def plane_products_on_tensor_cores(
