@@ -62,10 +62,6 @@ class Device:
         # Held by every launch and copy, and by a recording throughout: a launch from another thread must not land
         # in a plan being recorded, nor a copy be refused because one is.
         self.lock = threading.RLock()
-        # Set while the host thread driving this device waits for it (a synchronize, a read back; a trainer also
-        # sets it while a step waits for its batch): work that may wait, such as preparing the next batch, runs
-        # then rather than taking the GIL from the thread launching the device's kernels.
-        self.host_waiting = threading.Event()
 
     @classmethod
     def cpu(cls) -> Device:
@@ -115,15 +111,7 @@ class Device:
 
     def synchronize(self) -> None:
         with self.lock:
-            self.waiting_on(self._handle.synchronize)
-
-    def waiting_on(self, wait, *args):
-        """wait(*args), a call that blocks until the device (or a batch for it) is ready, with host_waiting set."""
-        self.host_waiting.set()
-        try:
-            return wait(*args)
-        finally:
-            self.host_waiting.clear()
+            self._handle.synchronize()
 
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
@@ -243,7 +231,7 @@ class Buffer:
         self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
         with self.device.lock:
-            self.device.waiting_on(self.device._handle.download, out.ctypes.data, self.address, self.nbytes)
+            self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
         return out
 
     def __del__(self):

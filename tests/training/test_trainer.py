@@ -216,8 +216,8 @@ def test_joint_training_learns_pairs_and_bytes():
 @pytest.mark.parametrize("on_gpu", [False] + ([True] if uform.gpu_count() else []), ids=lambda gpu: "gpu" if gpu
                          else "cpu")
 def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path, on_gpu):
-    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run (on a GPU once
-    the step before waits for the device); a refused step among them (an image in a text run) leaves the batches
+    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run (on the CPU and
+    on a GPU); a refused step among them (an image in a text run) leaves the batches
     prepared after it keyed to the wrong step number, which their steps notice and prepare again: the checkpoint is
     the blocking steps' all the same."""
     orders = [np.roll(np.arange(8), step) for step in range(5)]

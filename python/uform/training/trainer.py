@@ -37,7 +37,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import numpy as np
 
 from .. import kernels as K
-from ..engine import Device
 from ..kernels import EngineError
 from ..executor import Executor, numeric_mode, run_numerics
 from ..mesh import Mesh
@@ -68,7 +67,6 @@ from .world import (GradientReducer, World, check_world, concatenate_inputs, dev
 DECODE_AHEAD = 2
 """Deferred steps whose media items decode (and whose batches are prepared) before they run, at most: a bound on
 the decoded items and batches held."""
-PREPARE_AFTER_LAUNCH_SECONDS = 1.0  # the longest a batch's preparation on a GPU waits for the step before to wait
 
 
 @dataclass
@@ -276,20 +274,14 @@ class Trainer:
         """A deferred step's host work (its inputs checked, packed, corrupted and resolved) started on the preparer
         thread while earlier steps run on the device, assuming every step submitted before it succeeds; None in a
         mesh, whose processes exchange their items when the step runs. A refusal there is left for the step to
-        meet again, in order. On a GPU the preparation starts once the thread driving the device waits (for the
-        step before it, or for this batch), so that it never holds the GIL while that thread launches kernels:
-        the device would starve in the GIL's 5 ms turns."""
+        meet again, in order."""
         if self._world.collectives is not None:
             return None
         with self._in_flight_lock:
             assumed = self._step + 1 + self._in_flight
             self._in_flight += 1
 
-        device = self._executor.devices[0]
-
         def prepare() -> PreparedStep:
-            if device.is_gpu:  # the step before launches its kernels first (engine.Device.host_waiting)
-                device.host_waiting.wait(PREPARE_AFTER_LAUNCH_SECONDS)
             inputs = self._checked_inputs(modalities, contents, **options)
             batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
                                             devices=self._world.size)
@@ -308,7 +300,7 @@ class Trainer:
             if stats is not None:
                 stats.reset()
             run, world = self._run, self._world
-            prepared = ready(_prepared, self._step + 1, self._executor.devices[0])
+            prepared = ready(_prepared, self._step + 1)
             try:
                 inputs = prepared.inputs if prepared is not None else self._checked_inputs(
                     modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides,
@@ -610,15 +602,10 @@ class Trainer:
                                                              f"{outcome['message']}")
             return outcome["written"]
 
-def ready(prepared: Future | None, step: int, device: Device) -> PreparedStep | None:
+def ready(prepared: Future | None, step: int) -> PreparedStep | None:
     """The batch prepared ahead for this step, or None: none was, its preparation raised (the step meets the
-    refusal itself), or it assumed another step number (an earlier step was refused). A step that has to wait for
-    its batch marks its device's host as waiting (only then: a mark lets the next step's preparation start)."""
-    if prepared is None:
-        return None
-    if not prepared.done():
-        device.waiting_on(prepared.exception)
-    if prepared.exception() is not None:
+    refusal itself), or it assumed another step number (an earlier step was refused)."""
+    if prepared is None or prepared.exception() is not None:
         return None
     found = prepared.result()
     return found if found.step == step else None
