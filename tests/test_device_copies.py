@@ -38,6 +38,20 @@ def test_each_kernel_reads_the_values_written_before_it(device):
         np.testing.assert_array_equal(y.numpy(), expected)
 
 
+def test_work_before_waiting_runs_once_before_the_next_wait(device):
+    """`Device.before_waiting` runs just before the next read-back or synchronize blocks, once, then is cleared."""
+    ran = []
+    x = device.put(np.arange(4, dtype=np.float32))
+    device.before_waiting = lambda: ran.append(len(ran))
+    x.write(np.ones(4, np.float32))  # an upload does not wait
+    assert ran == []
+    assert x.numpy().tolist() == [1.0] * 4 and ran == [0] and device.before_waiting is None
+    device.synchronize()
+    device.before_waiting = lambda: ran.append(len(ran))
+    device.synchronize()
+    assert ran == [0, 1]
+
+
 def test_threads_sharing_a_device_each_read_their_own_values(device):
     """Two threads write, double and read back on one device at once (each wait lets the other run, and both stage
     uploads, past the staging's size): each reads its own values doubled, every round."""

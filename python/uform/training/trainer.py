@@ -30,6 +30,8 @@ import contextlib
 import json
 import os
 import threading
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -100,8 +102,7 @@ class Trainer:
         self._worker: ThreadPoolExecutor | None = None
         self._pool = DecodePool()  # decodes a step's media items on threads
         self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
-        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uform-prepare")  # deferred steps'
-        # batches packed ahead, in order (its thread starts at the first)
+        self._preparations: deque[Callable[[], None]] = deque()  # deferred steps' batches to pack ahead, in order
         self._in_flight = 0  # deferred steps submitted and not finished: the steps a prepared batch assumes before it
         self._in_flight_lock = threading.Lock()
 
@@ -271,23 +272,41 @@ class Trainer:
             modalities_enabled=self._modalities_enabled())
 
     def _prepare_ahead(self, modalities, contents, decoded: PendingMedia | None, options: dict) -> Future | None:
-        """A deferred step's host work (its inputs checked, packed, corrupted and resolved) started on the preparer
-        thread while earlier steps run on the device, assuming every step submitted before it succeeds; None in a
-        mesh, whose processes exchange their items when the step runs. A refusal there is left for the step to
-        meet again, in order."""
+        """A deferred step's host work (its inputs checked, packed, corrupted and resolved), queued to run while
+        earlier steps run on the device, assuming every step submitted before it succeeds; None in a mesh, whose
+        processes exchange their items when the step runs. A refusal there is left for the step to meet again, in
+        order. The queue runs on the thread that drives the device, once a step has queued its kernels and is about
+        to wait for them (``Device.before_waiting``), or when the step needs its batch first: a thread of its own
+        would take the GIL from the launching of kernels in the interpreter's 5 ms turns, starving the device."""
         if self._world.collectives is not None:
             return None
         with self._in_flight_lock:
             assumed = self._step + 1 + self._in_flight
             self._in_flight += 1
+        prepared = Future()
 
-        def prepare() -> PreparedStep:
-            inputs = self._checked_inputs(modalities, contents, **options)
-            batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
-                                            devices=self._world.size)
-            return PreparedStep(assumed, inputs, batch, packed)
+        def prepare() -> None:
+            try:
+                inputs = self._checked_inputs(modalities, contents, **options)
+                batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
+                                                devices=self._world.size)
+            except BaseException as refusal:  # the step meets it again when it runs
+                prepared.set_exception(refusal)
+            else:
+                prepared.set_result(PreparedStep(assumed, inputs, batch, packed))
 
-        return self._preparer.submit(prepare)
+        with self._in_flight_lock:
+            self._preparations.append(prepare)
+        return prepared
+
+    def _prepare_queued(self, until: Future | None = None) -> None:
+        """Run the queued preparations in order: all of them, or until `until` is prepared."""
+        while until is None or not until.done():
+            with self._in_flight_lock:
+                if not self._preparations:
+                    return
+                prepare = self._preparations.popleft()
+            prepare()
 
     def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
@@ -300,6 +319,8 @@ class Trainer:
             if stats is not None:
                 stats.reset()
             run, world = self._run, self._world
+            if _prepared is not None:
+                self._prepare_queued(until=_prepared)
             prepared = ready(_prepared, self._step + 1)
             try:
                 inputs = prepared.inputs if prepared is not None else self._checked_inputs(
@@ -365,6 +386,8 @@ class Trainer:
         block of rows, the world's pooled states and masked loss exchanged between the phases
         (``uform.training.world``); answers the losses (every device's are the same)."""
         run, world = self._run, self._world
+        for device in self._executor.devices:  # the next steps' batches are packed while this one runs
+            device.before_waiting = self._prepare_queued
         rows = run.batch.max_rows_per_device
         alone = world.size == 1 and world.collectives is None
         batches = [batch] if world.size == 1 else \
@@ -431,7 +454,6 @@ class Trainer:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
-        self._preparer.shutdown(wait=True)
         self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
