@@ -45,21 +45,26 @@ def step_flops(run, segment_lengths: np.ndarray, tokens: int) -> float:
     return 3 * 2 * layers * (12 * h * h * tokens + 2 * h * pairs)
 
 
-def main():
-    args = arguments(__doc__, numerics=True,
-                     flags=(("--no-compile", "skip the torch.compile peer (a minute of compiling)"),))
-    g = QUICK if args.quick or not uform.gpu_count() else GEOMETRY
+def bench_run(numerics: str, quick: bool):
+    """The benchmarked run: its geometry, executor, trainer, and one step's items, relations and modalities (each
+    item attracted to its neighbour)."""
+    g = QUICK if quick or not uform.gpu_count() else GEOMETRY
     executor = uform.Executor.for_vram([0]) if uform.gpu_count() else uform.Executor.for_ram()
-    device = executor.devices[0]
     trainer = uform.Trainer.init_vram(
         executor, depth=g["depth"], hidden=g["hidden"], objective=uform.Objective.JOINT,
         batch=uform.BatchShape(max_rows_per_device=g["rows"], max_segments_per_device=g["segments"],
                                max_columns_per_row=g["columns"]),
-        schedule=uform.Schedule(steps=1000), seed=0, numerics=args.numerics)
+        schedule=uform.Schedule(steps=1000), seed=0, numerics=numerics)
     items = corpus_items(g["segments"], seed=1)
-    partners = np.arange(len(items)) ^ 1
-    relations = uform.Relations(attract=(np.arange(len(items) + 1), partners))
-    modalities = [uform.Modality.TEXT] * len(items)
+    relations = uform.Relations(attract=(np.arange(len(items) + 1), np.arange(len(items)) ^ 1))
+    return g, executor, trainer, items, relations, [uform.Modality.TEXT] * len(items)
+
+
+def main():
+    args = arguments(__doc__, numerics=True,
+                     flags=(("--no-compile", "skip the torch.compile peer (a minute of compiling)"),))
+    g, executor, trainer, items, relations, modalities = bench_run(args.numerics, args.quick)
+    device = executor.devices[0]
     stats = uform.TrainerStepStats()
 
     def ours():

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 import uform
-from bench_encoder import GEOMETRY, QUICK, corpus_items
+from bench_encoder import bench_run
 from common import arguments, write_results
 
 
@@ -31,16 +31,7 @@ def main():
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    g = QUICK if args.quick or not uform.gpu_count() else GEOMETRY
-    executor = uform.Executor.for_vram([0]) if uform.gpu_count() else uform.Executor.for_ram()
-    trainer = uform.Trainer.init_vram(
-        executor, depth=g["depth"], hidden=g["hidden"], objective=uform.Objective.JOINT,
-        batch=uform.BatchShape(max_rows_per_device=g["rows"], max_segments_per_device=g["segments"],
-                               max_columns_per_row=g["columns"]),
-        schedule=uform.Schedule(steps=1000), seed=0, numerics=args.numerics)
-    items = corpus_items(g["segments"], seed=1)
-    relations = uform.Relations(attract=(np.arange(len(items) + 1), np.arange(len(items)) ^ 1))
-    modalities = [uform.Modality.TEXT] * len(items)
+    g, executor, trainer, items, relations, modalities = bench_run(args.numerics, args.quick)
     device = executor.devices[0]
 
     def step():
