@@ -85,13 +85,17 @@ def main():
         executors = (["cpu"] if name == "default" else []) + (["gpu:0"] if uform.gpu_count() else [])
         for executor in executors:
             row = {"shape": name, "device": executor}
+            chosen = os.environ.get("UFORM_STEP_PLANS")
             for plans, column in (("graph", "uform_steps_per_s"), ("loop", "uform_loop_steps_per_s"),
                                   ("off", "uform_unplanned_steps_per_s")):
                 os.environ["UFORM_STEP_PLANS"] = plans
                 trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, executor=executor,
                                                resident=True)
                 row[column] = round(steps_per_second(lambda ids: trainer.train_step(ids)["loss"], batches), 2)
-            os.environ.pop("UFORM_STEP_PLANS")
+            if chosen is None:
+                os.environ.pop("UFORM_STEP_PLANS")
+            else:
+                os.environ["UFORM_STEP_PLANS"] = chosen
             if executor != "cpu":
                 eager = torch_steps(shape, weights, batches, graphed=False)
                 graphed = torch_steps(shape, weights, batches, graphed=True)

@@ -2,8 +2,8 @@
 own device time, grouped by name), the device's idle time inside the step (the step's wall time minus the union of
 its kernels' intervals), the host's time by function (cProfile of the same step, cumulative), and the device's
 idle time over four steps of bench_encoder's pipelined loop (two deferred steps in flight) with its longest gaps
-between kernels. Run on the GPU machine; --numerics picks the mode. Writes bench/out/profile_encoder.json and prints the top rows. Figure:
-bench/RESULTS.md."""
+between kernels. Run on the GPU machine; --numerics picks the mode. Writes bench/out/profile_encoder.json and
+prints the top rows. Figure: bench/RESULTS.md."""
 
 import cProfile
 import pstats

@@ -62,10 +62,11 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
 
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (7, 5, 33, False, False, True),
                                               (9, 6, 300, True, False, False), (5, 8, 700, False, True, True),
-                                              (40, 36, 50, False, True, True), (3, 2, 70000, False, False, False),
+                                              (40, 36, 50, False, True, True), (40, 70, 100, False, False, False),
+                                              (70, 33, 130, True, False, False), (3, 2, 70000, False, False, False),
                                               (4, 3, 140000, False, False, True)])
 def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
-    """The tensor-core form (residues modulo the primes, Garner's reconstruction) equals the limb form bit for
+    """The tensor-core form (residues modulo the primes, the weighted-sum reconstruction) equals the limb form bit for
     bit, k past one int32 chunk (2^16) included, NaN lines too."""
     rng = np.random.default_rng(m * n + k)
     a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))

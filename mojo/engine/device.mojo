@@ -18,7 +18,7 @@ comptime F32Ptr = Pointer[Float32, MutUntrackedOrigin]  # plain addresses: the e
 comptime I32Ptr = Pointer[Int32, MutUntrackedOrigin]
 comptime BytePtr = Pointer[UInt8, MutUntrackedOrigin]
 comptime STAGED_UPLOAD_LIMIT = 1 << 25  # uploads up to this many bytes go through the pinned staging memory
-comptime FIRST_STAGING_BYTES = 1 << 22  # the staging memory's first size; it doubles when a step needs more
+comptime FIRST_STAGING_BYTES = 1 << 22  # the staging memory's first size; it grows to twice what a step stages
 comptime STAGING_ALIGNMENT = 256
 
 
@@ -150,19 +150,20 @@ struct Device(Movable, Writable, Defaultable):
 
     def stage(mut self, host: Int, size: Int) raises -> BytePtr:
         """`size` bytes of host memory copied into the pinned staging memory, where no queued copy still reads.
-        When the staging is full, the device finishes its queue first (its copies then read nothing); when it is
-        empty and still too small, it grows to twice what was asked of it. (Only `synchronize` releases the GIL
-        here, and it empties the staging only if no other thread staged an upload while it waited.)"""
-        while self.staged + size > self.staging_capacity():
-            if self.staged == 0:
-                var grown = max(FIRST_STAGING_BYTES, 2 * self.staging_capacity(), 2 * size)
-                self.staging = None  # no queued copy reads it: the last synchronize emptied it
-                self.staging = self.ctx().enqueue_create_host_buffer[DType.uint8](grown)
+        When the uploads staged since the device was last idle would overflow it, the device finishes its queue
+        first (its copies then read nothing), and if they would overflow it even then, it is replaced by one
+        twice their size: the next step of the same kind stages them all without a wait. Python calls one
+        device's engine methods one thread at a time (`Device.lock` in engine.py): no upload is staged while
+        another call waits."""
+        var demand = self.staged + size
+        if demand > self.staging_capacity():
             self.synchronize()
-        var offset = self.staged
-        var staged = BytePtr(unsafe_from_address=Int(self.staging.value().unsafe_ptr()) + offset)
+            if demand > self.staging_capacity():
+                self.staging = None  # no queued copy reads it: the queue is empty
+                self.staging = self.ctx().enqueue_create_host_buffer[DType.uint8](max(FIRST_STAGING_BYTES, 2 * demand))
+        var staged = BytePtr(unsafe_from_address=Int(self.staging.value().unsafe_ptr()) + self.staged)
         host_copy(Int(staged), host, size)
-        self.staged = offset + (size + STAGING_ALIGNMENT - 1) // STAGING_ALIGNMENT * STAGING_ALIGNMENT
+        self.staged += (size + STAGING_ALIGNMENT - 1) // STAGING_ALIGNMENT * STAGING_ALIGNMENT
         return staged
 
     def staging_capacity(self) -> Int:
@@ -192,11 +193,9 @@ struct Device(Movable, Writable, Defaultable):
         """Wait for the work queued on this device (on a GPU, without the GIL)."""
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                var staged = self.staged
                 with GilReleased():
                     self.ctx().synchronize()
-                if self.staged == staged:  # no other thread staged an upload meanwhile: no copy reads the staging
-                    self.staged = 0
+                self.staged = 0  # the queue is empty: no copy reads the staging
 
     def write_to[W: Writer](self, mut writer: W):
         if self.ordinal < 0:

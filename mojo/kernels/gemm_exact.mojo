@@ -413,7 +413,7 @@ comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's re
 comptime TILE_GROUPS = 4  # groups of 16 k of one tile
 comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
 comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
-comptime TILE_TEAMS_PER_SM = 6  # a budget of 85 registers a thread (2 teams, the default, left it 255 and 12 % occupancy)
+comptime TILE_TEAMS_PER_SM = 6  # a budget of 85 registers a thread (the default 2 left it 255, 12 % occupancy)
 
 
 def tile_scratch_floats(moduli: Int) -> Int:

@@ -652,8 +652,7 @@ def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr:
         _expect(verdict, "verdict", 1)
     beta1, beta2 = betas
     _launch("adamw", params.size, params=params, grads=grads, m=m, v=v, step_scalars=step_scalars, verdict=verdict,
-            beta1=beta1,
-            beta2=beta2, one_minus_beta1=1.0 - beta1, one_minus_beta2=1.0 - beta2, decay=float(decay),
+            beta1=beta1, beta2=beta2, one_minus_beta1=1.0 - beta1, one_minus_beta2=1.0 - beta2, decay=float(decay),
             step_size=float(step_size), sqrt_c2=float(sqrt_c2), eps=eps)
 
 

@@ -216,8 +216,8 @@ def test_joint_training_learns_pairs_and_bytes():
 @pytest.mark.parametrize("on_gpu", [False] + ([True] if uform.gpu_count() else []), ids=lambda gpu: "gpu" if gpu
                          else "cpu")
 def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path, on_gpu):
-    """Deferred steps pack and corrupt their batches on the preparer thread while earlier steps run (on the CPU and
-    on a GPU); a refused step among them (an image in a text run) leaves the batches
+    """Deferred steps pack and corrupt their batches while earlier steps run (on the CPU and on a GPU); a refused
+    step among them (an image in a text run) leaves the batches
     prepared after it keyed to the wrong step number, which their steps notice and prepare again: the checkpoint is
     the blocking steps' all the same."""
     orders = [np.roll(np.arange(8), step) for step in range(5)]
@@ -237,3 +237,24 @@ def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path, on_gpu)
     deferred.save(tmp_path / "deferred.safetensors")
     deferred.close()
     assert (tmp_path / "blocking.safetensors").read_bytes() == (tmp_path / "deferred.safetensors").read_bytes()
+
+
+def test_deferred_steps_that_fail_before_their_batch_leave_nothing_queued(monkeypatch):
+    """A deferred step that fails before it needs its batch (here: the device is lost) takes its queued preparation
+    with it, so nothing it holds stays queued for a later step to pack."""
+    from uform import kernels as K
+
+    executor = uform.Executor.for_ram()
+    trainer = tiny(executor=executor)
+
+    def failing(*args, **kwargs):
+        raise K.EngineError("cpu: kernel adamw failed: simulated")
+
+    monkeypatch.setattr(K, "adamw", failing)
+    with pytest.raises(uform.UFormError, match="simulated"):
+        trainer.step([uform.Modality.TEXT] * 8, TEXTS)
+    receiver = trainer.deferred(executor)
+    handles = [receiver.step([uform.Modality.TEXT] * 8, TEXTS) for _ in range(2)]
+    assert [handle.wait(60) for handle in handles] == [True, True]
+    assert all(handle.exception().code == uform.ErrorCode.DEVICE_LOST for handle in handles)
+    assert not trainer._preparations and trainer._in_flight == 0

@@ -102,7 +102,8 @@ class Trainer:
         self._worker: ThreadPoolExecutor | None = None
         self._pool = DecodePool()  # decodes a step's media items on threads
         self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
-        self._preparations: deque[Callable[[], None]] = deque()  # deferred steps' batches to pack ahead, in order
+        self._preparations: deque[tuple[Future, Callable[[], None]]] = deque()  # deferred steps' batches to pack
+        # ahead, in order: each step's future batch and the call that packs it
         self._in_flight = 0  # deferred steps submitted and not finished: the steps a prepared batch assumes before it
         self._in_flight_lock = threading.Lock()
 
@@ -290,13 +291,16 @@ class Trainer:
                 inputs = self._checked_inputs(modalities, contents, **options)
                 batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
                                                 devices=self._world.size)
-            except BaseException as refusal:  # the step meets it again when it runs
+            except Exception as refusal:  # the step meets it again when it runs
                 prepared.set_exception(refusal)
+            except BaseException as interruption:  # a Ctrl-C while packing: the step packs again, the Ctrl-C goes on
+                prepared.set_exception(interruption)
+                raise
             else:
                 prepared.set_result(PreparedStep(assumed, inputs, batch, packed))
 
         with self._in_flight_lock:
-            self._preparations.append(prepare)
+            self._preparations.append((prepared, prepare))
         return prepared
 
     def _prepare_queued(self, until: Future | None = None) -> None:
@@ -305,8 +309,15 @@ class Trainer:
             with self._in_flight_lock:
                 if not self._preparations:
                     return
-                prepare = self._preparations.popleft()
+                _, prepare = self._preparations.popleft()
             prepare()
+
+    def _deferred_step_done(self, prepared: Future) -> None:
+        """A deferred step has run (or failed before it needed its batch): its preparation leaves the queue if it
+        is still there, and the step no longer counts as in flight."""
+        with self._in_flight_lock:
+            self._preparations = deque(entry for entry in self._preparations if entry[0] is not prepared)
+            self._in_flight -= 1
 
     def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
@@ -386,8 +397,6 @@ class Trainer:
         block of rows, the world's pooled states and masked loss exchanged between the phases
         (``uform.training.world``); answers the losses (every device's are the same)."""
         run, world = self._run, self._world
-        for device in self._executor.devices:  # the next steps' batches are packed while this one runs
-            device.before_waiting = self._prepare_queued
         rows = run.batch.max_rows_per_device
         alone = world.size == 1 and world.collectives is None
         batches = [batch] if world.size == 1 else \
@@ -398,6 +407,9 @@ class Trainer:
                   for replica, device_batch_ in zip(self._replicas, batches)]
         pooled = world_pooled(world, [next(phase) for phase in phases], batches,
                               packed.segment_row // (rows * world.local), run.hidden)
+        # The next deferred steps' batches are packed while this one runs: at the last device's first wait, once
+        # every device's backward is queued.
+        self._executor.devices[-1].before_waiting = self._prepare_queued
         masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
         return [finish_phases(phase, masked) for phase in phases][0]
 
@@ -454,6 +466,7 @@ class Trainer:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
+        self._preparations.clear()
         self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
@@ -715,8 +728,7 @@ class DeferredOn:
                 return trainer.step(modalities, contents, _decoded=decoded, _prepared=prepared, **options)
             finally:
                 if prepared is not None:
-                    with trainer._in_flight_lock:
-                        trainer._in_flight -= 1
+                    trainer._deferred_step_done(prepared)
                 trainer._decoding_ahead.release()
 
         return Deferred(self._worker.submit(run))
