@@ -2,9 +2,9 @@
 
 Every engine entry point is called from Python holding the GIL, and keeps it unless told otherwise. A wait on the
 device (a synchronize, a copy back to the host, a copy from pageable host memory, which first waits for the work
-queued before it) can last the whole step; holding the GIL through it would stop the host's other Python threads for as long.
-`GilReleased` lets go for the body of a `with` block.
-Nothing inside one may touch a Python object, and it is entered only from a thread that holds the GIL.
+queued before it) can last the whole step; holding the GIL through it would stop the host's other Python threads
+for as long. `GilReleased` lets go for the body of a `with` block. Nothing inside one may touch a Python object,
+and it is entered only from a thread that holds the GIL.
 """
 
 from std.ffi import external_call

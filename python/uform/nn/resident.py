@@ -228,9 +228,17 @@ class ResidentState:
             return f"a gradient value is too large to square in float32 (a column sums to {largest})"
         return None
 
-    def adamw(self, *, step: int, lr: float) -> None:
-        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order."""
-        self._adamw_launches(step=step, lr=lr)
+    def adamw(self, *, step: int, lr: float, verdict: Buffer | None = None) -> None:
+        """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order. With a
+        verdict (a replayed update, ``update_launches``): the step's scalars read from what ``write_step_scalars``
+        wrote, whatever step and lr say, and nothing done on a refused verdict."""
+        hyper = self.optimizer
+        for run in self.decay_runs:
+            K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
+                    self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
+                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
+                    step_scalars=None if verdict is None else self._step_scalars.view(0 if run.decays else 3, 3),
+                    verdict=verdict)
 
     def update_launches(self, losses: Buffer, verdict: Buffer) -> None:
         """A replayed step's check and update, as launches for its plan: the gradient's sums (``sum_gradient``),
@@ -239,21 +247,10 @@ class ResidentState:
         scalars ``write_step_scalars`` wrote and doing nothing on a refused verdict."""
         self.sum_gradient()
         K.step_verdict(verdict, losses, self._guard_sums)
-        self._adamw_launches(step=1, lr=0.0, verdict=verdict)
+        self.adamw(step=1, lr=0.0, verdict=verdict)
 
     def write_step_scalars(self, *, step: int, lr: float) -> None:
         """The scalars of `step` at `lr` for the update that update_launches recorded, before its replay."""
         hyper = self.optimizer
         self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
                                   for decay in (hyper.weight_decay, 0.0)])
-
-    def _adamw_launches(self, *, step: int, lr: float, verdict: Buffer | None = None) -> None:
-        """adamw's launches; with a verdict (a replayed update), reading the step's scalars from _step_scalars
-        whatever step and lr say, and doing nothing on a refused verdict."""
-        hyper = self.optimizer
-        for run in self.decay_runs:
-            K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
-                    self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
-                    betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
-                    step_scalars=None if verdict is None else self._step_scalars.view(0 if run.decays else 3, 3),
-                    verdict=verdict)

@@ -281,9 +281,6 @@ class Trainer:
         would take the GIL from the launching of kernels in the interpreter's 5 ms turns, starving the device."""
         if self._world.collectives is not None:
             return None
-        with self._in_flight_lock:
-            assumed = self._step + 1 + self._in_flight
-            self._in_flight += 1
         prepared = Future()
 
         def prepare() -> None:
@@ -300,6 +297,8 @@ class Trainer:
                 prepared.set_result(PreparedStep(assumed, inputs, batch, packed))
 
         with self._in_flight_lock:
+            assumed = self._step + 1 + self._in_flight
+            self._in_flight += 1
             self._preparations.append((prepared, prepare))
         return prepared
 
