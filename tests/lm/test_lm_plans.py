@@ -150,3 +150,20 @@ def test_launches_from_another_thread_wait_for_a_recording():
     assert np.array_equal(launched[0], np.full(4, 3, np.float32))
     plan.run()
     assert np.array_equal(x.numpy(), np.full(4, 2, np.float32))
+
+
+def test_an_unknown_step_plan_mode_is_refused_and_changes_nothing(monkeypatch):
+    """UFORM_STEP_PLANS naming no mode: the step is refused with a UFormError that names the variable, the trainer
+    stays at step 0 with its parameters, and trains once the variable names a mode."""
+    shape = LanguageModelConfig()
+    rng = np.random.default_rng(5)
+    trainer = LanguageModelTrainer((rng.standard_normal(shape.n_total) * 0.05).astype(np.float32),
+                                   data_schedule={}, executor="cpu", resident=True)
+    ids = rng.integers(0, 256, (shape.batch, shape.length + 1), dtype=np.int32)
+    before = state_sha256(trainer.export_state())
+    monkeypatch.setenv("UFORM_STEP_PLANS", "bogus")
+    with pytest.raises(uform.UFormError, match="UFORM_STEP_PLANS must be one of"):
+        trainer.train_step(ids)
+    assert trainer.step_ == 0 and state_sha256(trainer.export_state()) == before
+    monkeypatch.setenv("UFORM_STEP_PLANS", "loop")
+    assert trainer.train_step(ids)["step"] == 1

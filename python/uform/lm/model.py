@@ -27,6 +27,7 @@ from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import TransformerStack, layer_tensors
+from ..training.errors import value_error
 from .config import LanguageModelConfig, parameter_registry
 
 
@@ -51,7 +52,7 @@ def step_plans(numerics: str, resident: bool) -> str:
     (the embedding backward's chunks) and whose GEMMs call cuBLAS."""
     mode = os.environ.get("UFORM_STEP_PLANS", "graph")
     if mode not in STEP_PLAN_MODES:
-        raise ValueError(f"UFORM_STEP_PLANS must be one of {STEP_PLAN_MODES}, got {mode!r}")
+        raise value_error(f"UFORM_STEP_PLANS must be one of {STEP_PLAN_MODES}, got {mode!r}")
     return mode if resident and numerics != "fast" else "off"
 
 
