@@ -64,10 +64,13 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
                                               (9, 6, 300, True, False, False), (5, 8, 700, False, True, True),
                                               (40, 36, 50, False, True, True), (40, 70, 100, False, False, False),
                                               (70, 33, 130, True, False, False), (3, 2, 70000, False, False, False),
-                                              (4, 3, 140000, False, False, True)])
+                                              (4, 3, 140000, False, False, True), (13, 35, 1100, True, False, True),
+                                              (50, 20, 600, False, True, False), (200, 17, 530, False, False, True),
+                                              (9, 40, 66000, True, False, False)])
 def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
     """The tensor-core form (residues modulo the primes, the weighted-sum reconstruction) equals the limb form bit for
-    bit, k past one int32 chunk (2^16) included, NaN lines too."""
+    bit, k past one int32 chunk (2^16) included, NaN lines too; on the CPU, shapes past the plane products' tiles
+    (6 rows, 16 columns, blocks of 512 k, runs of rows) and both transposes."""
     rng = np.random.default_rng(m * n + k)
     a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))
     b = ((rng.random((n, k) if tb else (k, n)) - 0.5) * np.exp(2 * rng.standard_normal((n, k) if tb else (k, n))))

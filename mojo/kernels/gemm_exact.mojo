@@ -22,13 +22,16 @@ fixed primes, the Chinese remainder theorem) computes the same integers faster. 
 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
-from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, launch_teams, sync
+from std.collections import Array
+from std.sys import llvm_intrinsic
+from engine.device import F32Ptr, I32Ptr, i32_at
+from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index, launch_rows, launch_teams, sync
 from max.gpu.memory import AddressSpace
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
+from kernels.gemm import transposed
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -469,25 +472,143 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
                 )
 
 
-comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
+# ---- the CPU's plane products: int16 pairs multiplied and added in int32 ----------------------------------------
+# On the CPU the plane products S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k] are a blocked integer GEMM in the shape of
+# gemm.mojo's CPU GEMM: the residues widened to int16, two neighbouring k in each 32-bit lane, and each step AVX2's
+# vpmaddwd, which multiplies the int16 halves of 8 lanes and adds each lane's two products in int32 (exact: here
+# |a_k·b_k + a_(k+1)·b_(k+1)| ≤ 2·128² = 2^15; it wraps only for (−2^15)²·2, and unlike vpmaddubsw it never
+# saturates). A task takes one modulus, one chunk of k and a run of rows of A against every column of B: per
+# block of PAIR_KC k it widens the run's rows, then per panel of 16 columns of B packs the panel (pair-major,
+# 16 KB) and walks the run's rows over it, 6 rows at a time: 12 accumulators of 8 int32 lanes, each lane one
+# output's sum. The sums are exact integers, so neither the blocking nor the order changes them.
+
+comptime Pairs = SIMD[DType.int32, 8]  # 8 lanes, each the int16 values of k and k + 1 (k even), k's in the low half
+comptime PAIR_MR = 6  # rows of A a micro-kernel call
+comptime PAIR_NR = 16  # columns of B a panel: two vectors of Pairs
+comptime PAIR_KC = 512  # k of one packed block: a panel of 16 KB, a run of 192 widened rows 192 KB
+comptime PAIR_MAX_ROWS = 192  # rows of A a task takes at most
+comptime PAIR_MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the cores share it evenly
 
 
-def residue_products(task: Int, args: Args):
-    """sums[(i·chunks + c)·M·N + m·N + n] = Σ_{k in chunk c} a_i[m, k]·b_i[n, k] in int32, the task being that
-    index (chunks of RESIDUE_CHUNK k): the int8 plane products a GPU runs on its tensor cores."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var K = args.size(2)
+@always_inline
+def pair_products(a: Pairs, b: Pairs) -> Pairs:
+    """Lane j: a_j.low·b_j.low + a_j.high·b_j.high, the products of the lanes' int16 halves added in int32
+    (vpmaddwd)."""
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", Pairs](bitcast[DType.int16, 16](a), bitcast[DType.int16, 16](b))
+
+
+@always_inline
+def widened(residues: I8Ptr, at: Int) -> Pairs:
+    """The 16 residues from residues[at], sign-extended to int16: 8 lanes of two neighbouring k."""
+    return bitcast[DType.int32, 8](residues.unsafe_load[width=16](at).cast[DType.int16]())
+
+
+def widen_rows(rows: I32Ptr, a: I8Ptr, m_begin: Int, m_end: Int, stride: Int, k_begin: Int, k_end: Int):
+    """Rows [m_begin, m_end) of a residue plane (row m at a[m·stride]) over k in [k_begin, k_end), both multiples of
+    16, as int16 pairs: row m's pair p (k = k_begin + 2p and the next) at rows[(m − m_begin)·(k_end − k_begin)/2 + p]."""
+    var pairs = (k_end - k_begin) // 2
+    for m in range(m_begin, m_end):
+        for k in range(k_begin, k_end, 16):
+            rows.unsafe_store((m - m_begin) * pairs + (k - k_begin) // 2, widened(a, m * stride + k))
+
+
+def pack_pair_panel(panel: I32Ptr, b: I8Ptr, n0: Int, N: Int, stride: Int, k_begin: Int, k_end: Int):
+    """Lines [n0, n0 + 16) of a residue plane (line n at b[n·stride]) over k in [k_begin, k_end), both multiples of
+    16, as int16 pairs, pair-major: pair p of line n0 + j at panel[16p + j], zero past N. Each 8 lines × 8 pairs
+    move as one transposed 8 × 8 block of 32-bit lanes."""
+    for k in range(k_begin, k_end, 16):
+        var p = (k - k_begin) // 2
+        comptime for half in range(2):
+            var lines = Array[Pairs, 8](fill=Pairs(0))
+            comptime for j in range(8):
+                if n0 + 8 * half + j < N:
+                    lines[j] = widened(b, (n0 + 8 * half + j) * stride + k)
+            var columns = transposed(lines)
+            comptime for c in range(8):
+                panel.unsafe_store((p + c) * PAIR_NR + 8 * half, columns[c])
+
+
+@always_inline
+def plane_micro_kernel[rows: Int](
+    sums: I32Ptr, a: I32Ptr, panel: I32Ptr, pairs: Int, columns: Int, N: Int, first: Bool
+):
+    """sums[r·N + j] (+)= Σ_p a[r·pairs + p]·panel[16p + j] (each term a pair's two products) for r < rows and
+    j < columns: `first` stores the sums, else adds them to those stored (an earlier block of k). `pairs` is a
+    multiple of 8."""
+    var lo = Array[Pairs, rows](fill=Pairs(0))
+    var hi = Array[Pairs, rows](fill=Pairs(0))
+    for p0 in range(0, pairs, 4):
+        comptime for dp in range(4):  # unrolled (speed only)
+            var p = p0 + dp
+            var b_lo = panel.unsafe_load[width=8](p * PAIR_NR)
+            var b_hi = panel.unsafe_load[width=8](p * PAIR_NR + 8)
+            comptime for r in range(rows):
+                var x = Pairs(a.unsafe_load(r * pairs + p))
+                lo[r] += pair_products(x, b_lo)
+                hi[r] += pair_products(x, b_hi)
+    comptime for r in range(rows):
+        var row = sums.unsafe_offset(r * N)
+        if columns == PAIR_NR:
+            if not first:
+                lo[r] += row.unsafe_load[width=8](0)
+                hi[r] += row.unsafe_load[width=8](8)
+            row.unsafe_store(0, lo[r])
+            row.unsafe_store(8, hi[r])
+        else:
+            for j in range(columns):
+                var sum = lo[r][j] if j < 8 else hi[r][j - 8]
+                row.unsafe_store(j, sum if first else row.unsafe_load(j) + sum)
+
+
+def plane_products_on_cpu(
+    dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
+) raises:
+    """sums[(i·chunks + c)·M·N + m·N + n] = Σ_{k in chunk c} a_i[m, k]·b_i[n, k] in int32 (chunks of RESIDUE_CHUNK
+    k), what plane_products_on_tensor_cores computes on a GPU: a task a modulus, a chunk and a run of rows."""
+    var stride = padded(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var output = task % (M * N)
-    var chunk = task // (M * N) % chunks
-    var i = task // (M * N * chunks)
-    var a = I8Ptr(unsafe_from_address=Int(args.addresses[1])).unsafe_offset((i * M + output // N) * padded(K))
-    var b = I8Ptr(unsafe_from_address=Int(args.addresses[2])).unsafe_offset((i * N + output % N) * padded(K))
-    var total = Int32(0)
-    for k in range(chunk * RESIDUE_CHUNK, min(K, (chunk + 1) * RESIDUE_CHUNK)):
-        total += Int32(a.unsafe_load(k)) * Int32(b.unsafe_load(k))
-    args.i32(0).unsafe_store(task, total)
+    var planes = moduli * chunks
+    var row_blocks = (M + PAIR_MR - 1) // PAIR_MR
+    var row_tasks = min(row_blocks, max((M + PAIR_MAX_ROWS - 1) // PAIR_MAX_ROWS,
+                                        (PAIR_MIN_TASKS + planes - 1) // planes))
+    var rows_per_task = (row_blocks + row_tasks - 1) // row_tasks * PAIR_MR
+    row_tasks = (M + rows_per_task - 1) // rows_per_task
+
+    def task_range(begin: Int, end: Int) {imm sums, imm a_residues, imm b_residues, imm M, imm N, imm stride, imm chunks, imm row_tasks, imm rows_per_task}:
+        var rows = i32_at(Int(alloc[Int32](rows_per_task * PAIR_KC // 2, alignment=64)))
+        var panel = i32_at(Int(alloc[Int32](PAIR_KC // 2 * PAIR_NR, alignment=64)))
+        for task in range(begin, end):
+            var plane = task // row_tasks  # i·chunks + c
+            var i = plane // chunks
+            var chunk_begin = plane % chunks * RESIDUE_CHUNK
+            var chunk_end = min(stride, chunk_begin + RESIDUE_CHUNK)  # the padding's residues are zero
+            var m_begin = task % row_tasks * rows_per_task
+            var m_end = min(M, m_begin + rows_per_task)
+            var a = I8Ptr(unsafe_from_address=a_residues + i * M * stride)
+            var b = I8Ptr(unsafe_from_address=b_residues + i * N * stride)
+            var out = i32_at(sums + 4 * plane * M * N)
+            for k_begin in range(chunk_begin, chunk_end, PAIR_KC):
+                var k_end = min(chunk_end, k_begin + PAIR_KC)
+                var pairs = (k_end - k_begin) // 2
+                var first = k_begin == chunk_begin
+                widen_rows(rows, a, m_begin, m_end, stride, k_begin, k_end)
+                for n0 in range(0, N, PAIR_NR):
+                    pack_pair_panel(panel, b, n0, N, stride, k_begin, k_end)
+                    var columns = min(PAIR_NR, N - n0)
+                    var m0 = m_begin
+                    while m0 + PAIR_MR <= m_end:
+                        plane_micro_kernel[PAIR_MR](out.unsafe_offset(m0 * N + n0), rows.unsafe_offset((m0 - m_begin) * pairs),
+                                                    panel, pairs, columns, N, first)
+                        m0 += PAIR_MR
+                    comptime for left in range(1, PAIR_MR):
+                        if m_end - m0 == left:
+                            plane_micro_kernel[left](out.unsafe_offset(m0 * N + n0),
+                                                     rows.unsafe_offset((m0 - m_begin) * pairs), panel, pairs, columns,
+                                                     N, first)
+        rows.unsafe_free()
+        panel.unsafe_free()
+
+    cpu_parallel_for(dev, task_range, planes * row_tasks)
 
 
 comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
@@ -524,8 +645,9 @@ def word(x: UInt128, w: Int) -> UInt64:
 comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, so |X| < P/2 < 2^95 fixes it
 
 
-def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i to a value
+def crt_round[moduli: Int, w: SIMDLength](output: Int, args: Args):
+    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one, the CPU 8):
+    X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i to a value
     below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then rounded as exact_products rounds it; NaN
     for a non-finite line. All chunk sums of one chunk are loaded at once (they are independent).
 
@@ -547,44 +669,46 @@ def crt_round[moduli: Int](output: Int, args: Args):
     var bits = args.size(3)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var c = args.f32(0)
-    var row = output // N
-    var e = args.i32(2).unsafe_load(row)
-    var f = args.i32(3).unsafe_load(output - row * N)
     var sums = args.i32(1).unsafe_offset(output)
-    var residues = SIMD[DType.uint32, 16](0)
+    var residues = Array[SIMD[DType.uint32, w], moduli](fill=SIMD[DType.uint32, w](0))
     for chunk in range(chunks):
         comptime for i in range(moduli):
             comptime p = MODULI[i]
-            var sum = sums.unsafe_load((i * chunks + chunk) * M * N)
+            var sum = sums.unsafe_load[width=w]((i * chunks + chunk) * M * N)
             comptime if p == 256:
-                residues[i] += UInt32(sum) & 0xFF  # the two's complement's low byte
+                residues[i] += sum.cast[DType.uint32]() & 0xFF  # the two's complement's low byte
             else:  # |sum| ≤ 127²·2^16 < 2^30 (residues within ±127), so sum + 2^30 lies in [0, 2^31)
                 comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
-                residues[i] += remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
-    var estimate = UInt64(1 << 31)  # T + 2^31
-    var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
-    var middle = UInt64(0)
-    var high = UInt32(0)
+                residues[i] += remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()) + offset
+    var estimate = SIMD[DType.uint64, w](1 << 31)  # T + 2^31
+    var low = SIMD[DType.uint64, w](0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var middle = SIMD[DType.uint64, w](0)
+    var high = SIMD[DType.uint32, w](0)
     comptime for i in range(moduli):
         comptime weight = crt_weight[moduli, i]()
-        var r = UInt64(residues[i])
+        var r = residues[i].cast[DType.uint64]()
         comptime fraction = crt_fraction[moduli, i]()
         estimate += r * fraction
         low += r * word(weight, 0)
         middle += r * word(weight, 1)
-        high += UInt32(r) * UInt32(word(weight, 2))
+        high += residues[i] * UInt32(word(weight, 2))
     var q = estimate >> 32
     comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product(moduli)  # ≡ −P (mod 2^96)
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
-    high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
-    var value = (Int128(Int64(Int32(high))) << 64) | Int128(((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF))
-    var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-    if args.flag(4):
-        rounded_value = c.unsafe_load(output) + rounded_value
-    if e == NON_FINITE or f == NON_FINITE:
-        rounded_value = bitcast[DType.float32](CANONICAL_NAN)
-    c.unsafe_store(output, rounded_value)
+    high += q.cast[DType.uint32]() * UInt32(word(complement, 2)) + (middle >> 32).cast[DType.uint32]()
+    comptime for j in range(w):
+        var at = output + j
+        var row = at // N
+        var e = args.i32(2).unsafe_load(row)
+        var f = args.i32(3).unsafe_load(at - row * N)
+        var value = (Int128(Int64(Int32(high[j]))) << 64) | Int128(((middle[j] & 0xFFFFFFFF) << 32) | (low[j] & 0xFFFFFFFF))
+        var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
+        if args.flag(4):
+            rounded_value = c.unsafe_load(at) + rounded_value
+        if e == NON_FINITE or f == NON_FINITE:
+            rounded_value = bitcast[DType.float32](CANONICAL_NAN)
+        c.unsafe_store(at, rounded_value)
 
 
 def modulus_product(moduli: Int) -> UInt128:
@@ -644,15 +768,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
         comptime if HAS_ACCELERATOR:
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     else:
-        var products = Args.empty()  # RESIDUE_PRODUCTS
-        products.addresses[0] = Int64(sums)
-        products.addresses[1] = Int64(a_residues)
-        products.addresses[2] = Int64(b_residues)
-        products.sizes[0] = Int64(M)
-        products.sizes[1] = Int64(N)
-        products.sizes[2] = Int64(K)
-        products.sizes[3] = Int64(moduli)
-        launch_index[residue_products](dev, moduli * chunks * M * N, products)
+        plane_products_on_cpu(dev, sums, a_residues, b_residues, M, N, K, moduli)
     var crt = Args.empty()  # CRT_ROUND
     crt.addresses[0] = Int64(Int(c))
     crt.addresses[1] = Int64(sums)
@@ -663,7 +779,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
     crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_index[crt_round[moduli]](dev, M * N, crt)
+    launch_elements[crt_round[moduli, ...]](dev, M * N, crt)
 
 
 def residue_planes[moduli: Int](
