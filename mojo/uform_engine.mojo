@@ -249,8 +249,8 @@ def exact_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: Produ
 
 
 def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The exact GEMM's tensor-core form (kernels/gemm_exact.mojo): the same value from residues modulo the
-    primes; the workspace holds the residue planes and their products."""
+    """The exact GEMM's residue form (kernels/gemm_exact.mojo): the same value from residues modulo primes (the
+    GPU's on its tensor cores, the CPU's with vpmaddwd); the workspace holds the residue planes and their products."""
     gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
                                                                 p.workspace)
 

@@ -87,6 +87,24 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
     assert np.array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("k", [1, 255, 256, 257, 4099, 70000])
+def test_exact_gemm_residues_at_the_largest_sums(device, k):
+    """Both forms give the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
+    largest below 1 (so A' = B' = 2^b − 2^(b−24) throughout), rows and columns of one sign, of the other, and
+    alternating; k across the CPU's blocks of 256 and past one GPU chunk."""
+    from uform.reference import exact_gemm
+
+    top = np.float32(np.nextafter(np.float32(1), np.float32(0)))
+    signs = np.stack([np.ones(k), -np.ones(k), (-1.0) ** np.arange(k)])
+    a = (top * signs).astype(np.float32)
+    b = (top * signs.T).astype(np.float32)
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    for residues in (False, True):
+        c = device.empty((3, 3))
+        K.gemm_exact(c, device.put(a), device.put(b), 3, 3, k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
 def test_gemm_refuses_k_ranges_it_does_not_define(device):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
     a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))

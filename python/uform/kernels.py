@@ -225,7 +225,9 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
                residues: bool = False) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
-    yet the trainers' GEMM; layouts as ``gemm``."""
+    yet the trainers' GEMM; layouts as ``gemm``. ``residues`` picks the residue form (the fast one on either
+    device: int8 residues on a GPU's tensor cores, int16 residues and AVX2 on the CPU) over the plain limb form;
+    both give the same bits."""
     if k > EXACT_GEMM_MAX_K:
         raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
