@@ -99,32 +99,33 @@ def exponent_of_largest(largest: UInt32) -> Int32:
     """e of a line from the bits of its largest magnitude: 0 when zero, NON_FINITE for an infinity or a NaN."""
     if largest >= 0x7F800000:
         return NON_FINITE
-    return Int32(0 if largest == 0 else significand_bits(largest) + binade(largest))
+    return Int32(0 if largest == 0 else significand_bits(largest) + Int(binade(largest)))
 
 
 @always_inline
-def fixed_point(value: Float32, bits: Int, e: Int) -> Int64:
-    """trunc(value·2^(bits − e)), from the float32 bits: value = ±m·2^binade, so the result is ±m·2^shift."""
-    var pattern = bitcast[DType.uint32](value)
+def fixed_point[w: SIMDLength, //](value: SIMD[DType.float32, w], bits: Int, e: Int) -> SIMD[DType.int64, w]:
+    """trunc(value·2^(bits − e)) lane by lane, from the float32 bits: value = ±m·2^binade, so the result is
+    ±m·2^shift (shift < 64: for a value of the line, m·2^shift < 2^bits)."""
+    var pattern = bitcast[DType.uint32, w](value)
     var magnitude = pattern & 0x7FFFFFFF
-    var shift = binade(magnitude) + bits - e
-    var m = Int64(significand(magnitude))
-    var fixed = m << Int64(shift) if shift >= 0 else (m >> Int64(min(-shift, 63)))
-    return -fixed if pattern >> 31 == 1 else fixed
+    var shift = binade(magnitude) + Int64(bits - e)
+    var m = significand(magnitude).cast[DType.int64]()
+    var fixed = shift.ge(0).select(m << max(shift, 0), m >> min(max(-shift, 0), 63))
+    return (pattern >> 31).eq(1).select(-fixed, fixed)
 
 
 @always_inline
-def significand(magnitude: UInt32) -> UInt32:
+def significand[w: SIMDLength, //](magnitude: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
     """m of a float32 magnitude's bits, its value m·2^binade: the hidden bit set unless subnormal."""
     var field = magnitude & 0x7FFFFF
-    return field if magnitude >> 23 == 0 else field | 0x800000
+    return (magnitude >> 23).eq(0).select(field, field | 0x800000)
 
 
 @always_inline
-def binade(magnitude: UInt32) -> Int:
+def binade[w: SIMDLength, //](magnitude: SIMD[DType.uint32, w]) -> SIMD[DType.int64, w]:
     """The power of two of the value's last significand bit: −149 for a subnormal, E − 150 for E ≥ 1."""
-    var field = Int(magnitude >> 23)
-    return -149 if field == 0 else field - 150
+    var field = (magnitude >> 23).cast[DType.int64]()
+    return field.eq(0).select(SIMD[DType.int64, w](-149), field - 150)
 
 
 @always_inline
@@ -367,6 +368,13 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
     var high: SIMD[DType.int32, RESIDUE_GROUP]
     var middle: SIMD[DType.int32, RESIDUE_GROUP]
     var low: SIMD[DType.int32, RESIDUE_GROUP]
+
+    @staticmethod
+    @always_inline
+    def of(fixed: SIMD[DType.int64, RESIDUE_GROUP]) -> FixedGroup:
+        """The words of 16 fixed-point values."""
+        return FixedGroup((fixed >> 32).cast[DType.int32](), ((fixed >> 16) & 0xFFFF).cast[DType.int32](),
+                          (fixed & 0xFFFF).cast[DType.int32]())
 
     @always_inline
     def residues[p: Int, dtype: DType = DType.int8](self) -> SIMD[dtype, RESIDUE_GROUP]:
@@ -809,8 +817,8 @@ def wide_planes(
 ) raises:
     """The lines' exponents (line_exponents_on), then each line's symmetric residues modulo WIDE_MODULI[i] at
     planes[(i·lines + line)·padded(length) + k] (int16, zero in the padding and for a non-finite line), a task a
-    line and group of 16 k. Tasks go along a line where its elements are contiguous, else across neighbouring
-    lines, so that neighbouring tasks read neighbouring floats."""
+    line and group of 16 k, the group's 16 values converted at once. Tasks go along a line where its elements are
+    contiguous, else across neighbouring lines, so that neighbouring tasks read neighbouring floats."""
     line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
     var groups = padded(length) // RESIDUE_GROUP
     var along = element_stride == 1
@@ -821,7 +829,16 @@ def wide_planes(
             var line = task // groups if along else task % lines
             var first = (task % groups if along else task // lines) * RESIDUE_GROUP
             var e = i32_at(exponents).unsafe_load(line)
-            var group = fixed_group(x.unsafe_offset(line * line_stride), element_stride, length, first, bits, e)
+            var values = SIMD[DType.float32, RESIDUE_GROUP](0)  # zero past the line's end and for a non-finite line
+            var elements = x.unsafe_offset(line * line_stride)
+            if e != NON_FINITE:
+                if along and first + RESIDUE_GROUP <= length:
+                    values = elements.unsafe_load[width=RESIDUE_GROUP](first)
+                else:  # lane by lane, each lane's index a constant (a lane indexed at run time goes through memory)
+                    comptime for j in range(RESIDUE_GROUP):
+                        if first + j < length:
+                            values[j] = elements.unsafe_load((first + j) * element_stride)
+            var group = FixedGroup.of(fixed_point(values, bits, Int(e)))
             comptime for i in range(WIDE_COUNT):
                 residues.unsafe_store((i * lines + line) * padded(length) + first,
                                       group.residues[WIDE_MODULI[i], DType.int16]())
