@@ -5,6 +5,8 @@ to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue 
 affordable) against PyTorch fp32 (TF32 off) and the identical fma GEMM at the same shapes; on the CPU both forms
 against the fma GEMM and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
 
+import time
+
 import numpy as np
 
 import uform
@@ -111,6 +113,13 @@ def exact_rows(shapes):
 CPU_EXACT_SHAPES = [(256, 256, 256, False), (512, 512, 512, False), (1024, 128, 512, False), (512, 512, 512, True)]
 
 
+def settled(run, synchronize):
+    """median_seconds after a pause: the engine's and OpenBLAS's worker threads spin for a while after a call
+    (OpenBLAS's about 0.1 s), which on a small machine takes the cores from whatever runs next."""
+    time.sleep(0.3)
+    return median_seconds(run, synchronize, repeats=5)
+
+
 def cpu_exact_rows(shapes):
     """GFLOP/s of the exact GEMM's two forms, the fma GEMM and numpy's float32 product on the CPU, each the median of
     5 runs, and whether the forms gave the same bits."""
@@ -125,15 +134,14 @@ def cpu_exact_rows(shapes):
         row = {"device": "cpu", "mode": "exact", "m": m, "n": n, "k": k, "transpose_a": transpose_a}
         bits = []
         for name, residues in (("exact_limbs_gflops", False), ("exact_residues_gflops", True)):
-            seconds = median_seconds(lambda: K.gemm_exact(cb, ab, bb, m, n, k, transpose_a=transpose_a,
-                                                          residues=residues), device.synchronize, repeats=5)
+            seconds = settled(lambda: K.gemm_exact(cb, ab, bb, m, n, k, transpose_a=transpose_a, residues=residues),
+                              device.synchronize)
             row[name] = round(gflop / seconds, 2)
             bits.append(cb.numpy().view(np.uint32).copy())
         row["forms_same_bits"] = bool(np.array_equal(bits[0], bits[1]))
-        fma = median_seconds(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize,
-                             repeats=5)
+        fma = settled(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize)
         op_a = a.T if transpose_a else a
-        theirs = median_seconds(lambda: op_a @ b, lambda: None, repeats=5)
+        theirs = settled(lambda: op_a @ b, lambda: None)
         row.update({"uform_fma_gflops": round(gflop / fma, 1), "numpy_gflops": round(gflop / theirs, 1)})
         rows.append(row)
     return rows

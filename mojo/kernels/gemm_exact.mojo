@@ -591,11 +591,17 @@ def crt_round[wide: Bool, moduli: Int, w: SIMDLength](output: Int, args: Args):
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
     high += q.cast[DType.uint32]() * UInt32(word(complement, 2)) + (middle >> 32).cast[DType.uint32]()
+    var row = output // N
+    var column = output - row * N
     comptime for j in range(w):
         var at = output + j
-        var row = at // N
+        if j > 0:  # the next output, without another division
+            column += 1
+            if column == N:
+                column = 0
+                row += 1
         var e = args.i32(2).unsafe_load(row)
-        var f = args.i32(3).unsafe_load(at - row * N)
+        var f = args.i32(3).unsafe_load(column)
         var value = (Int128(Int64(Int32(high[j]))) << 64) | Int128(((middle[j] & 0xFFFFFFFF) << 32) | (low[j] & 0xFFFFFFFF))
         var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
         if args.flag(4):
