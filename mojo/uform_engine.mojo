@@ -260,12 +260,13 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace an exact M×N×K product needs, in either form."""
+def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject, gpu: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in either form."""
     var m = Int(py=M)
     var n = Int(py=N)
     var k = Int(py=K)
-    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), gemm_exact.residue_workspace_bytes(m, n, k)))
+    var residues = gemm_exact.residue_workspace_bytes(m, n, k, Bool(py=gpu))
+    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), residues))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,

@@ -616,13 +616,14 @@ def exponent_blocks(K: Int) -> Int:
     return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
 
 
-def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
-    """Bytes of the residue form's workspace on either device: the residue planes (int8 on a GPU, int16 on the
-    CPU), the exponents, the plane products' sums and the partial maxima of a transposed operand's lines."""
+def residue_workspace_bytes(M: Int, N: Int, K: Int, gpu: Bool) -> Int:
+    """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU), the plane
+    products' sums, the exponents and the partial maxima of a transposed operand's lines."""
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var planes = max(moduli * (M + N) * padded(K) + 4 * moduli * chunks * M * N,
-                     2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N)
+    var planes = moduli * (M + N) * padded(K) + 4 * moduli * chunks * M * N
+    if not gpu:
+        planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
     return planes + 4 * (M + N) + 4 * max(M, N) * exponent_blocks(K)
 
 
@@ -630,7 +631,7 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
-    residue_workspace_bytes(M, N, K)."""
+    residue_workspace_bytes(M, N, K, dev[].is_gpu())."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
     if not dev[].is_gpu():

@@ -233,7 +233,7 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
     if residues and device.is_gpu:
         load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
-    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k))
+    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, device.is_gpu))
     product = _engine.gemm_exact_residues if residues else _engine.gemm_exact
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
           bool(transpose_b), bool(accumulate), 0, 0, workspace.address, 0)
