@@ -28,7 +28,8 @@ from std.memory import bitcast
 from std.collections import Array
 from std.sys import llvm_intrinsic
 from engine.device import F32Ptr, I32Ptr, i32_at
-from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index, launch_rows, launch_teams, sync
+from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index, launch_rows,
+                           launch_teams, sync)
 from max.gpu.memory import AddressSpace
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
@@ -547,8 +548,9 @@ def crt_round[wide: Bool, moduli: Int, w: SIMDLength](output: Int, args: Args):
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
       their product P (the moduli are pairwise coprime).
     - q is the nearest integer to S/P: S/P = q' + X/P for the integer q' = (S − X)/P, and |X| < K·2^(2b) ≤
-      2^(⌊log2 P⌋ − 1) (bits_per_side, P of the MODULI), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P
-      (2^−6.1 for 11 moduli, 2^−2.2 for 12; for the WIDE_MODULI, |X| < 2^93 and P > 2^95.9: δ > 1/3). S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
+      2^(⌊log2 P⌋ − 1) (bits_per_side), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P (2^−6.1 for 11
+      MODULI, 2^−2.2 for 12; the WIDE_MODULI's P exceeds twice the 12 MODULI's, so there δ > 1/4).
+      S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
       T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^13·2^−32 < 2^−15 < δ, so
       q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
@@ -747,9 +749,9 @@ def line_exponents_on(
 def plane_products_on_tensor_cores(
     dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
 ) raises:
-    """The plane products' chunk sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one strided
-    batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms is
-    S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
+    """The plane products' chunk sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one
+    strided batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms
+    is S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
     var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
     var stride = padded(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
@@ -783,7 +785,7 @@ def plane_products_on_tensor_cores(
 # adds each pair's two products in int32 (exact: |a_k·b_k + a_(k+1)·b_(k+1)| ≤ 2·2046² < 2^23; unlike
 # vpmaddubsw it never saturates). A task takes one modulus and a run of rows of A against every column of B:
 # per block of WIDE_KC k it packs each 16-column panel of B (pair-major, 8 KB) and walks the run's rows over it,
-# 6 rows at a time: 12 accumulators of 8 int32 lanes, each lane one output's block sum (|·| < 128·2^23 = 2^30),
+# 5 rows at a time: 10 accumulators of 8 int32 lanes, each lane one output's block sum (|·| < 128·2^23 = 2^30),
 # which the tile reduces modulo p before adding it to the output's sum (below 2^25 after the 2^12 blocks of the
 # longest k). crt_round[wide] then reconstructs X from the 8 sums as it does from the GPU's. Integer arithmetic
 # throughout: blocking, order and thread count change no bit.
@@ -804,6 +806,10 @@ def wide_residue_product[transpose_a: Bool, transpose_b: Bool](
 ) raises:
     """gemm_exact_residues_on on the CPU: the lines' exponents, their int16 planes, the plane products, the
     reconstruction."""
+    # |X| < P/2 for the 12 MODULI's P (bits_per_side), so twice that P leaves crt_round's estimate a margin of 1/4;
+    # below 2^96, X is found modulo 2^96.
+    comptime assert modulus_product[True, WIDE_COUNT]() > 2 * modulus_product[False, 12](), "too few WIDE_MODULI"
+    comptime assert modulus_product[True, WIDE_COUNT]() < UInt128(1) << UInt128(CRT_BITS), "too many WIDE_MODULI"
     var bits = bits_per_side(K)
     var a_planes = workspace
     var b_planes = a_planes + 2 * WIDE_COUNT * M * padded(K)
@@ -919,7 +925,7 @@ def wide_rows[p: Int](
 ):
     """Rows [m_begin, m_end) of one plane product, S[m, n] = Σ_k a[m, k]·b[n, k] reduced block by block (the planes
     as pairs, line_pairs a line): per block of WIDE_KC k, each 16-column panel packed and the rows walked over it
-    6 at a time, the last few together."""
+    PAIR_MR at a time, the last few together."""
     for p_begin in range(0, line_pairs, WIDE_KC // 2):
         var p_end = min(line_pairs, p_begin + WIDE_KC // 2)
         var pairs = p_end - p_begin
