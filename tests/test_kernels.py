@@ -105,6 +105,30 @@ def test_exact_gemm_residues_at_the_largest_sums(device, k):
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues
 
 
+@pytest.mark.parametrize("k", [2, 300])
+def test_exact_gemm_rounds_at_the_edges(device, k):
+    """Both forms give the definition's bits where the one rounding is delicate: ties to even either way, just above
+    a tie, the largest finite value, a tie up to infinity, overflow, subnormal results, underflow to +0 and −0, and
+    half the smallest subnormal (each row holds two values, the rest of k zeros; the columns scale them)."""
+    from uform.reference import exact_gemm
+
+    ldexp = np.ldexp
+    rows = [(1.0, ldexp(1.0, -24)), (1 + ldexp(1.0, -23), ldexp(1.0, -24)), (1.0, ldexp(1.0, -24) + ldexp(1.0, -40)),
+            ((2 - ldexp(1.0, -23)) * ldexp(1.0, 127), 0.0), ((2 - ldexp(1.0, -23)) * ldexp(1.0, 127), ldexp(1.0, 103)),
+            (ldexp(1.0, -100), 0.0), (-ldexp(1.0, -100), 0.0), (ldexp(1.0, -90), ldexp(1.0, -112)),
+            (ldexp(1.0, -90), 0.0), (-1.0, -ldexp(1.0, -24))]
+    columns = [1.0, 4.0, ldexp(1.0, -40), ldexp(1.0, -60), -ldexp(1.0, -60)]
+    a = np.zeros((len(rows), k), np.float32)
+    a[:, :2] = np.array(rows)
+    b = np.tile(np.array(columns, np.float32), (k, 1))
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    assert np.isinf(expected.view(np.float32)).any() and (expected == 0x80000000).any()  # the edges are reached
+    for residues in (False, True):
+        c = device.empty(expected.shape)
+        K.gemm_exact(c, device.put(a), device.put(b), len(rows), len(columns), k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
 def test_gemm_refuses_k_ranges_it_does_not_define(device):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
     a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))
