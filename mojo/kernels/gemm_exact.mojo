@@ -168,52 +168,51 @@ def exact_products(task: Int, args: Args):
         middles += ah * bl + al * bh
         lows += al * bl
     var total = (Int128(highs) << Int128(2 * LIMB)) + (Int128(middles) << Int128(LIMB)) + Int128(lows)
-    var value = rounded(total, 2 * bits - Int(e) - Int(f))
+    var value = rounded(Int64(total >> 64), UInt64(total & 0xFFFFFFFFFFFFFFFF), Int64(2 * bits - Int(e) - Int(f)))
     if args.flag(3):
         value = c.unsafe_load(task) + value
     c.unsafe_store(task, value)
 
 
-def rounded(x: Int128, shift: Int) -> Float32:
-    """x·2^(−shift) rounded once to float32, to nearest with ties to even (subnormals kept, ±inf past the
-    largest finite value); +0 for x = 0, and a zero of x's sign for magnitudes below half the smallest
-    subnormal."""
-    if x == 0:
-        return Float32(0)
-    var sign = UInt32(0x80000000) if x < 0 else UInt32(0)
-    var magnitude = UInt128(-x if x < 0 else x)
-    var high = UInt64(magnitude >> 64)
-    var low = UInt64(magnitude & 0xFFFFFFFFFFFFFFFF)
-    var length = 128 - Int(count_leading_zeros(high)) if high != 0 else 64 - Int(count_leading_zeros(low))
+def rounded[w: SIMDLength, //](
+    high: SIMD[DType.int64, w], low: SIMD[DType.uint64, w], shift: SIMD[DType.int64, w]
+) -> SIMD[DType.float32, w]:
+    """x·2^(−shift) rounded once to float32 in each lane, x = high·2^64 + low a signed 128-bit integer: to nearest
+    with ties to even (subnormals kept, ±inf past the largest finite value); +0 for x = 0, and a zero of x's sign
+    for magnitudes below half the smallest subnormal. Lane by lane with selects, so the CPU rounds 8 at once."""
+    comptime U = SIMD[DType.uint64, w]
+    comptime I = SIMD[DType.int64, w]
+    var negative = high.lt(0)
+    var borrow = low.eq(0).select(U(1), U(0))  # −x = ~x + 1, the carry crossing into the high word
+    var top_word = negative.select(~high.cast[DType.uint64]() + borrow, high.cast[DType.uint64]())
+    var low_word = negative.select(~low + 1, low)  # |x| = top_word·2^64 + low_word
+    var wide = top_word.ne(0)
+    var length = wide.select(128 - count_leading_zeros(top_word).cast[DType.int64](),
+                             64 - count_leading_zeros(low_word).cast[DType.int64]())
     var top = length - shift  # the value lies in [2^(top − 1), 2^top)
-    if top < -149:
-        return bitcast[DType.float32](sign)
-    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits (0 ≤ kept ≤ 24)
-    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether
-    # a bit below them is set; a magnitude of at most 64 bits is all in `lead`.
-    var lead: UInt64
-    var below = False
-    if high != 0:
-        var up = UInt64(128 - length)  # 0 … 63
-        lead = high << up | (low >> (64 - up) if up > 0 else 0)
-        below = low << up != 0
-    else:
-        lead = low << UInt64(64 - length)
-    var q = lead >> 1 >> UInt64(63 - kept)  # the kept leading bits
-    var rest = lead << UInt64(kept)  # the dropped bits of `lead`, left-aligned: half is 2^63
-    var half = UInt64(1) << 63
-    if rest > half or (rest == half and (below or (q & 1) == 1)):
-        q += 1
-    var exponent = top - 1  # of the value before rounding
-    if q == UInt64(1) << UInt64(kept):  # the rounding carried into the next power of two
-        exponent += 1
-        if kept == 24:
-            q >>= 1
-    if exponent >= -126 and q >= UInt64(1) << 23:  # a normal result: 24 significant bits in q
-        if exponent > 127:
-            return bitcast[DType.float32](sign | 0x7F800000)
-        return bitcast[DType.float32](sign | (UInt32(exponent + 127) << 23) | (UInt32(q) & 0x7FFFFF))
-    return bitcast[DType.float32](sign | UInt32(q))  # a subnormal: q units of 2^−149
+    # a subnormal keeps fewer bits (0 ≤ kept ≤ 24; clamped for the lanes that underflow, whose q is not used)
+    var kept = min(max((top - 1).ge(-126).select(I(24), top + 149), 0), 24).cast[DType.uint64]()
+    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether a
+    # bit below them is set; a magnitude of at most 64 bits is all in `lead`. Shift counts stay below 64.
+    var up = ((128 - length) & 63).cast[DType.uint64]()  # 0 … 63 where the top word is not zero
+    var spill = up.gt(0).select(low_word >> ((64 - up) & 63), U(0))
+    var lead = wide.select((top_word << up) | spill, low_word << ((64 - length) & 63).cast[DType.uint64]())
+    var below = wide & (low_word << up).ne(0)
+    var q = lead >> 1 >> (63 - kept)  # the kept leading bits
+    var rest = lead << kept  # the dropped bits of `lead`, left-aligned: half is 2^63
+    comptime half = UInt64(1) << 63
+    q += (rest.gt(half) | (rest.eq(half) & (below | (q & 1).eq(1)))).select(U(1), U(0))
+    var carried = q.eq(U(1) << kept)  # the rounding carried into the next power of two
+    var exponent = top - 1 + carried.select(I(1), I(0))  # of the value, after the rounding
+    q = (carried & kept.eq(24)).select(q >> 1, q)
+    comptime B = SIMD[DType.uint32, w]
+    var sign = negative.select(B(0x80000000), B(0))
+    var normal = sign | ((exponent + 127).cast[DType.uint32]() << 23) | (q.cast[DType.uint32]() & 0x7FFFFF)
+    var bits = (exponent.ge(-126) & q.ge(1 << 23)).select(exponent.gt(127).select(sign | 0x7F800000, normal),
+                                                          sign | q.cast[DType.uint32]())  # else q units of 2^−149
+    bits = top.lt(-149).select(sign, bits)
+    bits = (wide | low_word.ne(0)).select(bits, B(0))
+    return bitcast[DType.float32, w](bits)
 
 
 def prep_line(dev: DevicePtr, high: Int, low: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int,
@@ -593,24 +592,25 @@ def crt_round[wide: Bool, moduli: Int, w: SIMDLength](output: Int, args: Args):
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
     high += q.cast[DType.uint32]() * UInt32(word(complement, 2)) + (middle >> 32).cast[DType.uint32]()
+    var e = SIMD[DType.int32, w](0)  # the lanes' line exponents
+    var f = SIMD[DType.int32, w](0)
     var row = output // N
     var column = output - row * N
     comptime for j in range(w):
-        var at = output + j
         if j > 0:  # the next output, without another division
             column += 1
             if column == N:
                 column = 0
                 row += 1
-        var e = args.i32(2).unsafe_load(row)
-        var f = args.i32(3).unsafe_load(column)
-        var value = (Int128(Int64(Int32(high[j]))) << 64) | Int128(((middle[j] & 0xFFFFFFFF) << 32) | (low[j] & 0xFFFFFFFF))
-        var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-        if args.flag(4):
-            rounded_value = c.unsafe_load(at) + rounded_value
-        if e == NON_FINITE or f == NON_FINITE:
-            rounded_value = bitcast[DType.float32](CANONICAL_NAN)
-        c.unsafe_store(at, rounded_value)
+        e[j] = args.i32(2).unsafe_load(row)
+        f[j] = args.i32(3).unsafe_load(column)
+    var x_high = high.cast[DType.int32]().cast[DType.int64]()  # X's bits 64 … 127: word 2's sign extended
+    var x_low = ((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF)
+    var value = rounded(x_high, x_low, Int64(2 * bits) - e.cast[DType.int64]() - f.cast[DType.int64]())
+    if args.flag(4):
+        value = c.unsafe_load[width=w](output) + value
+    var non_finite = e.eq(NON_FINITE) | f.eq(NON_FINITE)
+    c.unsafe_store(output, non_finite.select(SIMD[DType.float32, w](bitcast[DType.float32](CANONICAL_NAN)), value))
 
 
 def exponent_blocks(K: Int) -> Int:
