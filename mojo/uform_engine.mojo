@@ -255,6 +255,13 @@ def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, 
                                                                 p.workspace)
 
 
+def exact_fused_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The exact GEMM's fused tensor-core form (kernels/gemm_exact.mojo, exact_fused_tile): the residue form with
+    its plane products and reconstruction in one GPU kernel; on the CPU the unfused residue form."""
+    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](dev, p.c, p.a, p.b, p.M, p.N, p.K,
+                                                                            p.accumulate, p.workspace)
+
+
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """Bytes of the workspace a fast M×N×K product needs for its operands' bf16 copies."""
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
@@ -348,6 +355,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
+        m.def_function[product[exact_fused_product]]("gemm_exact_fused")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
         m.def_function[product[fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")

@@ -227,8 +227,9 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
 
 
 def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool = False,
-                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0, residues: bool = False):
-    """The exact GEMM (its limb form, or with `residues` its residue form) against its definition
+                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0,
+                    residues: bool | str = False):
+    """The exact GEMM (its limb form, or with `residues` its residue form, or its fused form) against its definition
     (uform.reference.exact_gemm): equal values, a relative error of 0 (tests/test_kernels.py compares their
     bits). Values of a wide range (GEMMul8's draws), a zero row, a zero column, and subnormal inputs."""
     rng = rng_for(seed)
@@ -647,10 +648,15 @@ def all_cases():
     for m, n, k, ta, tb, acc, spread in ((1, 1, 1, False, False, False, 1.0), (7, 5, 33, False, False, True, 2.0),
                                          (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
                                          (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0)):
-        for residues in (False, True):
-            cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-residues{int(residues)}",
+        for residues in (False, True, "fused"):
+            form = "fused" if residues == "fused" else f"residues{int(residues)}"
+            cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-{form}",
                           case_gemm_exact, dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc,
                                                 spread=spread, residues=residues)))
+    for m, n, k, ta, tb, acc in ((130, 257, 100, False, False, True), (257, 129, 40, True, False, False),
+                                 (129, 200, 77, False, True, True)):  # past the fused kernel's 128 × 128 tile
+        cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-fused", case_gemm_exact,
+                      dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, residues="fused")))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
     for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):

@@ -91,6 +91,46 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
     assert same_bits(*results)
 
 
+@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (130, 257, 100, False, False, True),
+                                              (257, 130, 300, True, False, True), (129, 200, 77, False, True, False),
+                                              (520, 390, 768, False, True, True), (133, 9, 70000, False, False, True),
+                                              (20, 131, 140000, True, False, False)])
+def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
+    """The fused exact GEMM (one kernel a 128 × 128 tile: int8 mma.sync over the moduli, the reconstruction in its
+    epilogue) equals the unfused residue form on the GPU bit for bit, and both the definition
+    (uform.reference.exact_gemm; NaN where a row or column holds an infinity or a NaN): shapes that are not
+    multiples of the tile, every layout, accumulate, a zero row and column, k past one int32 chunk (2^16; 12
+    moduli), infinities and NaNs."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(m * n + k)
+    a = ((rng.random((m, k)) - 0.5) * np.exp(2 * rng.standard_normal((m, k)))).astype(np.float32)
+    b = ((rng.random((k, n)) - 0.5) * np.exp(2 * rng.standard_normal((k, n)))).astype(np.float32)
+    a[m // 2] = 0.0
+    b[:, n // 2] = 0.0
+    if m > 2 and n > 2:
+        a[m - 1, k // 3], b[k - 1, 1] = np.inf, np.nan
+    c0 = np.random.default_rng(k).standard_normal((m, n)).astype(np.float32)
+    stored_a = np.ascontiguousarray(a.T) if ta else a
+    stored_b = np.ascontiguousarray(b.T) if tb else b
+    device = uform.Device.gpu(0)
+    results = []
+    for residues in (True, "fused"):
+        c = device.put(c0)
+        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
+                     accumulate=acc, residues=residues)
+        results.append(c.numpy())
+    unfused, fused = results
+    differing = int(np.count_nonzero(unfused.view(np.uint32) != fused.view(np.uint32)))
+    assert same_bits(unfused, fused), f"{differing} of {fused.size} outputs differ from the unfused form's"
+    expected = exact_gemm.exact_gemm(a, b)
+    if acc:
+        expected = c0 + expected  # one float32 addition
+    assert np.array_equal(np.isnan(fused), np.isnan(expected))
+    finite = ~np.isnan(expected)
+    assert np.array_equal(fused[finite].view(np.uint32), expected[finite].view(np.uint32))
+
+
 @pytest.mark.parametrize("shape", [
     LanguageModelConfig(),
     LanguageModelConfig(batch=4, length=64, width=128, heads=4, kv_heads=2, mlp=256, layers=3),

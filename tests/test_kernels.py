@@ -58,6 +58,8 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
     with pytest.raises(ValueError, match="k up to"):
         K.gemm_exact(device.empty((1, 1)), device.empty(K.EXACT_GEMM_MAX_K + 1), device.empty(K.EXACT_GEMM_MAX_K + 1),
                      1, 1, K.EXACT_GEMM_MAX_K + 1)
+    with pytest.raises(ValueError, match="residues must be False, True or 'fused'"):
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues="unfused")
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (7, 5, 33, False, False, True),
@@ -66,8 +68,8 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
                                               (70, 33, 130, True, False, False), (3, 2, 70000, False, False, False),
                                               (4, 3, 140000, False, False, True)])
 def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
-    """The tensor-core form (residues modulo the primes, the weighted-sum reconstruction) equals the limb form bit for
-    bit, k past one int32 chunk (2^16) included, NaN lines too."""
+    """The tensor-core forms (residues modulo the primes, the weighted-sum reconstruction; unfused, and fused into
+    one kernel on a GPU) equal the limb form bit for bit, k past one int32 chunk (2^16) included, NaN lines too."""
     rng = np.random.default_rng(m * n + k)
     a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))
     b = ((rng.random((n, k) if tb else (k, n)) - 0.5) * np.exp(2 * rng.standard_normal((n, k) if tb else (k, n))))
@@ -76,12 +78,12 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
         a.reshape(-1)[5] = np.nan
     c0 = rng.standard_normal((m, n)).astype(np.float32)
     results = []
-    for residues in (False, True):
+    for residues in (False, True, "fused"):
         c = device.put(c0)
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=ta, transpose_b=tb, accumulate=acc,
                      residues=residues)
         results.append(c.numpy().view(np.uint32))
-    assert np.array_equal(results[0], results[1])
+    assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], results[2])
 
 
 def test_gemm_refuses_k_ranges_it_does_not_define(device):

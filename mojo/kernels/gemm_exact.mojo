@@ -17,14 +17,20 @@ Two kernels, each one body for both launchers:
 - `exact_products`, one task per output: the limb products summed over k in int64 (each sum stays below
   2^62 by the choice of b), combined into a 128-bit integer, rounded once.
 This SIMT form is the definition's first, plain implementation: the tensor-core form (int8 residues modulo
-fixed primes, the Chinese remainder theorem) computes the same integers faster. Layouts as in gemm.mojo.
+fixed primes, the Chinese remainder theorem; sections below, unfused and fused) computes the same integers
+faster. Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
+from std.collections import Array
 from std.memory import bitcast
+from std.sys import _RegisterPackType
+from std.sys._assembly import inlined_assembly
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_index, launch_rows, launch_teams, sync
-from max.gpu.memory import AddressSpace
+from engine.launch import Args, DevicePtr, Interface, launch_gpu_teams, launch_index, launch_rows, launch_teams, sync
+from max.gpu import barrier, thread_idx
+from max.gpu.compute.mma import ld_matrix
+from max.gpu.memory import AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -267,8 +273,9 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
 # its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
 # operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched
-# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output. Every body is
-# integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
+# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output; or, in the fused
+# form on a GPU (the section at the end of this file), the plane products and the reconstruction as one kernel.
+# Every body is integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -525,9 +532,40 @@ comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, 
 
 
 def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): X from its residues r_i (the chunk sums of plane product i, each reduced modulo p_i to a value
-    below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then rounded as exact_products rounds it; NaN
-    for a non-finite line. All chunk sums of one chunk are loaded at once (they are independent).
+    """Output (m, n): its residues r_i from the chunk sums of plane product i (each sum reduced by chunk_residue to a
+    value below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then crt_store. All chunk sums of one chunk
+    are loaded at once (they are independent)."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var K = args.size(2)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var row = output // N
+    var sums = args.i32(1).unsafe_offset(output)
+    var residues = SIMD[DType.uint32, 16](0)
+    for chunk in range(chunks):
+        comptime for i in range(moduli):
+            residues[i] += chunk_residue[MODULI[i]](sums.unsafe_load((i * chunks + chunk) * M * N))
+    crt_store[moduli](args.f32(0), output, residues, args.i32(2).unsafe_load(row),
+                      args.i32(3).unsafe_load(output - row * N), args.size(3), args.flag(4))
+
+
+@always_inline
+def chunk_residue[p: Int](sum: Int32) -> UInt32:
+    """A value ≡ sum (mod p) in [0, 2p), for the int32 sum of one chunk's products of symmetric residues (|sum| ≤
+    2^14·2^16 = 2^30, and below 2^30 for p < 256: residues within ±127)."""
+    comptime if p == 256:
+        return UInt32(sum) & 0xFF  # the two's complement's low byte
+    else:  # sum + 2^30 lies in [0, 2^31)
+        comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
+        return remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
+
+
+@always_inline
+def crt_store[moduli: Int](
+    c: F32Ptr, output: Int, residues: SIMD[DType.uint32, 16], e: Int32, f: Int32, bits: Int, accumulate: Bool
+):
+    """c[output] (+)= X·2^(e + f − 2b) rounded once, X found from its residues r_i ≡ X (mod p_i), 0 ≤ r_i < 2^13
+    (residues[i] for the first `moduli` MODULI); NaN for a non-finite line (e or f NON_FINITE).
 
     The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
@@ -540,27 +578,8 @@ def crt_round[moduli: Int](output: Int, args: Args):
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
       32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
       in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
-    Per output: 3·N 32×32-bit multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var K = args.size(2)
-    var bits = args.size(3)
-    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var c = args.f32(0)
-    var row = output // N
-    var e = args.i32(2).unsafe_load(row)
-    var f = args.i32(3).unsafe_load(output - row * N)
-    var sums = args.i32(1).unsafe_offset(output)
-    var residues = SIMD[DType.uint32, 16](0)
-    for chunk in range(chunks):
-        comptime for i in range(moduli):
-            comptime p = MODULI[i]
-            var sum = sums.unsafe_load((i * chunks + chunk) * M * N)
-            comptime if p == 256:
-                residues[i] += UInt32(sum) & 0xFF  # the two's complement's low byte
-            else:  # |sum| ≤ 127²·2^16 < 2^30 (residues within ±127), so sum + 2^30 lies in [0, 2^31)
-                comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
-                residues[i] += remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
+    So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: 3·N 32×32-bit
+    multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
     var estimate = UInt64(1 << 31)  # T + 2^31
     var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
     var middle = UInt64(0)
@@ -580,7 +599,7 @@ def crt_round[moduli: Int](output: Int, args: Args):
     high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
     var value = (Int128(Int64(Int32(high))) << 64) | Int128(((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF))
     var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
-    if args.flag(4):
+    if accumulate:
         rounded_value = c.unsafe_load(output) + rounded_value
     if e == NON_FINITE or f == NON_FINITE:
         rounded_value = bitcast[DType.float32](CANONICAL_NAN)
@@ -609,24 +628,25 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
     return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N + 4 * max(M, N) * exponent_blocks(K)
 
 
-def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
+def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
-    residue_workspace_bytes(M, N, K)."""
+    residue_workspace_bytes(M, N, K). With `fused`, a GPU runs the plane products and the reconstruction as one
+    kernel (exact_fused_tile); the CPU, which has no fused kernel, runs the unfused form (the same bits)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
     if moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace)
     else:
-        residue_product[12, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace)
 
 
-def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
+def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
 ) raises:
     """gemm_exact_residues_on for K whose definition takes `moduli` moduli: the planes, their products, the
-    reconstruction."""
+    reconstruction (on a GPU with `fused`, the last two in one kernel)."""
     var bits = bits_per_side(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
@@ -642,6 +662,10 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
                            1 if transpose_b else N, bits)
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
+            comptime if fused:
+                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, M, N, K, bits,
+                                       accumulate)
+                return
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     else:
         var products = Args.empty()  # RESIDUE_PRODUCTS
@@ -746,3 +770,189 @@ def plane_products_on_tensor_cores(
             beta, Pointer[NoneType, MutAnyOrigin](unsafe_from_address=s), DataType.R_32I, Int64(N),
             Int64(chunks * M * N), Int64(moduli), ComputeType.COMPUTE_32I, Algorithm.DEFAULT,
         ), msg="gemm_exact: cuBLAS's int8 products")
+
+
+# ---- the fused form: plane products and reconstruction in one kernel (GPU only) ----------------------------
+#
+# The unfused form writes N(K) int32 planes of M·N chunk sums (44 bytes an output for 11 moduli) and crt_round
+# reads them back. The fused kernel keeps them on chip: a block of 256 threads owns a tile of 128 × 128 outputs
+# and, for each modulus in turn, multiplies the tile's rows of A's plane by its columns of B's plane on the
+# tensor cores, folding each chunk's int32 sums modulo p_i into a byte plane of the tile in shared memory; after
+# the last modulus the same threads reconstruct and round their outputs (crt_store) and store the floats.
+
+comptime FUSED_TILE = 128  # rows and columns of one block's tile of outputs
+comptime FUSED_TEAM = 256  # threads of a block: 8 warps, 2 down the tile's rows × 4 across its columns
+comptime WARP_ROWS = 64  # a warp's outputs: 64 rows (4 mma tiles of 16) × 32 columns (4 mma tiles of 8)
+comptime WARP_COLUMNS = 32
+comptime FUSED_K = 32  # k of one staged slice: one m16n8k32 step
+comptime STAGED_LINE = FUSED_K + 16  # bytes of a staged line, padded so that ldmatrix's 8 lines hit distinct banks
+comptime FUSED_STAGE = 2 * FUSED_TILE * STAGED_LINE  # bytes of one stage: the tile's 128 lines of A, then of B
+comptime FUSED_PLANE = FUSED_TILE * FUSED_TILE  # bytes of one modulus's residues of the tile
+
+
+def fused_shared_bytes(moduli: Int) -> Int:
+    """Shared memory of one block: two stages, then `moduli` byte planes (221,184 bytes for 12 moduli, within
+    the H100/H200's 227 KB a block)."""
+    return 2 * FUSED_STAGE + moduli * FUSED_PLANE
+
+
+@always_inline
+def mma_s8(a: SIMD[DType.int8, 16], b: SIMD[DType.int8, 8], c: SIMD[DType.int32, 4]) -> SIMD[DType.int32, 4]:
+    """d = a·b + c, PTX's mma.sync m16n8k32 on int8 operands with int32 accumulation (MAX's `mma` has no int8
+    form). Fragments as PTX lays them out, lane = 4g + t: a holds rows g (bytes 0–3, 8–11) and g + 8 (4–7,
+    12–15) at k 4t … 4t + 3 (bytes 0–7) and 16 + 4t … (8–15); b column g at the same k; c and d rows g and g + 8
+    at columns 2t and 2t + 1."""
+    var a_words = bitcast[DType.int32, 4](a)
+    var b_words = bitcast[DType.int32, 2](b)
+    var d = inlined_assembly[
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
+        + "{$10, $11, $12, $13};",
+        _RegisterPackType[Int32, Int32, Int32, Int32],
+        constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
+    ](a_words[0], a_words[1], a_words[2], a_words[3], b_words[0], b_words[1], c[0], c[1], c[2], c[3])
+    return SIMD[DType.int32, 4](d[0], d[1], d[2], d[3])
+
+
+comptime SharedBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+comptime GlobalBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
+comptime Accumulators = Array[SIMD[DType.int32, 4], 16]  # a lane's share of its warp's 64 × 32 int32 sums
+
+
+@always_inline
+def stage_slice(stage: SharedBytes, a_plane: Int, b_plane: Int, line: Int, k: Int, rows: Int, columns: Int,
+                tid: Int):
+    """Start copying k [k, k + 32) of the tile's 128 lines of A's plane and of B's plane (lines `line` bytes
+    apart from a_plane and b_plane) into `stage` (cp.async, 16 bytes a copy, two a thread); bytes past the
+    plane's stored length, and lines past `rows` (A) or `columns` (B), land as zeros."""
+    var row = tid // 2
+    var at = k + 16 * (tid % 2)
+    var inside = at < line
+    comptime for side in range(2):
+        var plane = a_plane if side == 0 else b_plane
+        var valid = inside and row < (rows if side == 0 else columns)
+        var source = GlobalBytes(unsafe_from_address=plane + (row * line + at if valid else 0))
+        async_copy[16, fill=Int8(0)](
+            source, stage.unsafe_offset((side * FUSED_TILE + row) * STAGED_LINE + 16 * (tid % 2)),
+            src_size=Int32(16 if valid else 0),
+        )
+
+
+@always_inline
+def multiply_slice(mut acc: Accumulators, stage: SharedBytes, warp_row: Int, warp_column: Int, lane: Int):
+    """acc += the warp's 64 rows of A's staged slice · its 32 columns of B's (k 32), by 16 mma: acc[4·mt + nt] the
+    16 × 8 outputs of rows 16·mt … and columns 8·nt …. A's fragments by ldmatrix (four 8 × 16-byte matrices: rows
+    0–7 and 8–15 at k 0–15, then at k 16–31), B's two column tiles at once (columns 0–7 at k 0–15 and 16–31,
+    then columns 8–15)."""
+    var b_lines = stage.unsafe_offset(FUSED_TILE * STAGED_LINE)
+    var b = Array[SIMD[DType.int8, 16], 2](fill=SIMD[DType.int8, 16](0))
+    comptime for pair in range(2):
+        b[pair] = ld_matrix[16](b_lines.unsafe_offset(
+            (warp_column + 16 * pair + lane % 8 + 8 * (lane // 16)) * STAGED_LINE + 16 * ((lane // 8) % 2)
+        ))
+    comptime for mt in range(4):
+        var a = ld_matrix[16](stage.unsafe_offset((warp_row + 16 * mt + lane % 16) * STAGED_LINE + 16 * (lane // 16)))
+        comptime for nt in range(4):
+            acc[4 * mt + nt] = mma_s8(a, b[nt // 2].slice[8, offset=8 * (nt % 2)](), acc[4 * mt + nt])
+
+
+@always_inline
+def fold_chunk[p: Int](plane: SharedBytes, acc: Accumulators, first_chunk: Bool, warp_row: Int,
+                       warp_column: Int, lane: Int):
+    """Each of the lane's outputs in the tile's byte plane of modulus p: its residue so far plus the chunk's sum,
+    reduced to [0, p) (chunk_residue, then one remainder: below 3p < 2^31)."""
+    comptime for t in range(16):
+        comptime for j in range(4):
+            var at = (warp_row + 16 * (t // 4) + lane // 4 + 8 * (j // 2)) * FUSED_TILE + warp_column + 8 * (t % 4)
+            at += 2 * (lane % 4) + j % 2
+            var so_far = UInt32(0) if first_chunk else UInt32(bitcast[DType.uint8](plane.unsafe_load(at)))
+            var r = remainder_below_2_31[p](so_far + chunk_residue[p](acc[t][j]))
+            plane.unsafe_store(at, bitcast[DType.int8](UInt8(r)))
+
+
+comptime EXACT_FUSED = Interface("c a_residues b_residues a_exponents b_exponents", "m n k bits accumulate", "")
+
+
+def exact_fused_tile[moduli: Int](task: Int, args: Args):
+    """Tile `task` of the outputs (row tiles × column tiles, column tiles fastest) of the product whose residue
+    planes residue_planes wrote: each thread sums the outputs of its mma fragments for every modulus, then
+    reconstructs and rounds 64 outputs of the tile.
+
+    For modulus i, the warp (w ÷ 4, w mod 4) sums a_i[m, k]·b_i[n, k] over its 64 × 32 outputs on the tensor cores
+    (int8 × int8 → int32, exact), slice after slice of 32 k staged through shared memory (two stages: the next
+    slice's copies are in flight during this slice's products), in chunks of RESIDUE_CHUNK k as
+    plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
+    residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
+    chunk a thread folds its own outputs' sums modulo p_i into the tile's byte plane i (fold_chunk: the planes
+    are written and read back only by the thread that owns the output, so they need no barrier). After the last
+    modulus a barrier, then thread t reconstructs outputs t, t + 256, … of the tile from their bytes in the
+    planes (r_i ≡ X (mod p_i), 0 ≤ r_i < p_i) by crt_store, as crt_round does from its residues below 2^13:
+    X is the same integer, so the bits are the unfused form's. Padding k (up to padded(K)) holds zeros, and
+    the lines of a non-finite row or column hold zero residues (crt_store stores NaN there)."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var K = args.size(2)
+    var line = padded(K)
+    var column_tiles = (N + FUSED_TILE - 1) // FUSED_TILE
+    var row0 = task // column_tiles * FUSED_TILE
+    var column0 = task % column_tiles * FUSED_TILE
+    var tid = Int(thread_idx.x)
+    var lane = tid % 32
+    var warp_row = tid // 32 // (FUSED_TILE // WARP_COLUMNS) * WARP_ROWS
+    var warp_column = tid // 32 % (FUSED_TILE // WARP_COLUMNS) * WARP_COLUMNS
+    var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=16]()
+    var planes = shared.unsafe_offset(2 * FUSED_STAGE)
+    var chunks = (line + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    for i in range(moduli):
+        var a_plane = Int(args.addresses[1]) + (i * M + row0) * line
+        var b_plane = Int(args.addresses[2]) + (i * N + column0) * line
+        for chunk in range(chunks):
+            var first = chunk * RESIDUE_CHUNK
+            var slices = (min(line, first + RESIDUE_CHUNK) - first + FUSED_K - 1) // FUSED_K
+            var acc = Accumulators(fill=SIMD[DType.int32, 4](0))
+            stage_slice(shared, a_plane, b_plane, line, first, M - row0, N - column0, tid)
+            async_copy_commit_group()
+            for s in range(slices):
+                if s + 1 < slices:
+                    stage_slice(shared.unsafe_offset((s + 1) % 2 * FUSED_STAGE), a_plane, b_plane, line,
+                                first + (s + 1) * FUSED_K, M - row0, N - column0, tid)
+                    async_copy_commit_group()
+                    async_copy_wait_group(1)  # this slice's copies have landed, the next one's may not have
+                else:
+                    async_copy_wait_group(0)
+                barrier()
+                multiply_slice(acc, shared.unsafe_offset(s % 2 * FUSED_STAGE), warp_row, warp_column, lane)
+                barrier()  # every warp is done with this stage before it is refilled
+            comptime for j in range(moduli):
+                if j == i:
+                    fold_chunk[MODULI[j]](planes.unsafe_offset(j * FUSED_PLANE), acc, chunk == 0, warp_row,
+                                          warp_column, lane)
+    barrier()
+    var a_exponents = args.i32(3)
+    var b_exponents = args.i32(4)
+    for at in range(tid, FUSED_PLANE, FUSED_TEAM):
+        var m = row0 + at // FUSED_TILE
+        var n = column0 + at % FUSED_TILE
+        if m < M and n < N:
+            var residues = SIMD[DType.uint32, 16](0)
+            comptime for i in range(moduli):
+                residues[i] = UInt32(bitcast[DType.uint8](planes.unsafe_load(i * FUSED_PLANE + at)))
+            crt_store[moduli](args.f32(0), m * N + n, residues, a_exponents.unsafe_load(m),
+                              b_exponents.unsafe_load(n), args.size(3), args.flag(4))
+
+
+def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
+                                b_exponents: Int, M: Int, N: Int, K: Int, bits: Int, accumulate: Bool) raises:
+    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × 128 outputs."""
+    var args = Args.empty()  # EXACT_FUSED
+    args.addresses[0] = Int64(Int(c))
+    args.addresses[1] = Int64(a_residues)
+    args.addresses[2] = Int64(b_residues)
+    args.addresses[3] = Int64(a_exponents)
+    args.addresses[4] = Int64(b_exponents)
+    args.sizes[0] = Int64(M)
+    args.sizes[1] = Int64(N)
+    args.sizes[2] = Int64(K)
+    args.sizes[3] = Int64(bits)
+    args.sizes[4] = Int64(1 if accumulate else 0)
+    var tiles = (M + FUSED_TILE - 1) // FUSED_TILE * ((N + FUSED_TILE - 1) // FUSED_TILE)
+    launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_tile, fused_shared_bytes(moduli)](dev, tiles, args)
