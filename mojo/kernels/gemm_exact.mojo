@@ -22,15 +22,14 @@ faster. Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
-from std.collections import Array
 from std.memory import bitcast
-from std.sys import _RegisterPackType
-from std.sys._assembly import inlined_assembly
 from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_gpu_teams, launch_index, launch_rows, launch_teams, sync
 from max.gpu import barrier, thread_idx
-from max.gpu.compute.mma import ld_matrix
-from max.gpu.memory import AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory
+from max.gpu.compute.mma import WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync
+from max.gpu.memory import (
+    AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory, fence_async_view_proxy,
+)
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -624,8 +623,14 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
     """Bytes of the residue form's workspace: the residue planes (int8), the exponents, the chunk sums and the
     partial maxima of a transposed operand's lines."""
     var moduli = moduli_count(K)
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + sums_bytes(M, N, K) + 4 * max(M, N) * exponent_blocks(K)
+
+
+def sums_bytes(M: Int, N: Int, K: Int) -> Int:
+    """Bytes of the unfused form's int32 chunk sums, which also hold the fused kernel's byte residues."""
+    var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    return moduli * (M + N) * padded(K) + 4 * (M + N) + 4 * moduli * chunks * M * N + 4 * max(M, N) * exponent_blocks(K)
+    return max(4 * moduli * chunks * M * N, fused_scratch_bytes(M, N, moduli))
 
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
@@ -654,7 +659,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
-    var partial = sums + 4 * moduli * chunks * M * N
+    var partial = sums + sums_bytes(M, N, K)
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
     residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
                            M if transpose_a else 1, bits)
@@ -663,8 +668,8 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             comptime if fused:
-                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, M, N, K, bits,
-                                       accumulate)
+                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
+                                       bits, accumulate)
                 return
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     else:
@@ -775,184 +780,235 @@ def plane_products_on_tensor_cores(
 # ---- the fused form: plane products and reconstruction in one kernel (GPU only) ----------------------------
 #
 # The unfused form writes N(K) int32 planes of M·N chunk sums (44 bytes an output for 11 moduli) and crt_round
-# reads them back. The fused kernel keeps them on chip: a block of 256 threads owns a tile of 128 × 128 outputs
-# and, for each modulus in turn, multiplies the tile's rows of A's plane by its columns of B's plane on the
-# tensor cores, folding each chunk's int32 sums modulo p_i into a byte plane of the tile in shared memory; after
-# the last modulus the same threads reconstruct and round their outputs (crt_store) and store the floats.
+# reads them back. The fused kernel keeps one byte an output and modulus instead. A block of two warpgroups owns
+# a tile of 128 × 256 outputs; modulus after modulus it streams the tile's lines of A's and B's planes through a
+# ring of shared-memory stages (cp.async fills the next stages while Hopper's warpgroup tensor cores, wgmma
+# int8 × int8 → int32, multiply the current one), and at the end of each chunk of k a thread folds its int32
+# sums modulo p_i into bytes in the workspace. After the last modulus the same thread reads its bytes back,
+# reconstructs and rounds its outputs (crt_store) and stores the floats.
 
-comptime FUSED_TILE = 128  # rows and columns of one block's tile of outputs
-comptime FUSED_TEAM = 256  # threads of a block: 8 warps, 2 down the tile's rows × 4 across its columns
-comptime WARP_ROWS = 64  # a warp's outputs: 64 rows (4 mma tiles of 16) × 32 columns (4 mma tiles of 8)
-comptime WARP_COLUMNS = 32
-comptime FUSED_K = 32  # k of one staged slice: one m16n8k32 step
-comptime STAGED_LINE = FUSED_K + 16  # bytes of a staged line, padded so that ldmatrix's 8 lines hit distinct banks
-comptime FUSED_STAGE = 2 * FUSED_TILE * STAGED_LINE  # bytes of one stage: the tile's 128 lines of A, then of B
-comptime FUSED_PLANE = FUSED_TILE * FUSED_TILE  # bytes of one modulus's residues of the tile
-
-
-def fused_shared_bytes(moduli: Int) -> Int:
-    """Shared memory of one block: two stages, then `moduli` byte planes (221,184 bytes for 12 moduli, within
-    the H100/H200's 227 KB a block)."""
-    return 2 * FUSED_STAGE + moduli * FUSED_PLANE
-
-
-@always_inline
-def mma_s8(a: SIMD[DType.int8, 16], b: SIMD[DType.int8, 8], c: SIMD[DType.int32, 4]) -> SIMD[DType.int32, 4]:
-    """d = a·b + c, PTX's mma.sync m16n8k32 on int8 operands with int32 accumulation (MAX's `mma` has no int8
-    form). Fragments as PTX lays them out, lane = 4g + t: a holds rows g (bytes 0–3, 8–11) and g + 8 (4–7,
-    12–15) at k 4t … 4t + 3 (bytes 0–7) and 16 + 4t … (8–15); b column g at the same k; c and d rows g and g + 8
-    at columns 2t and 2t + 1."""
-    var a_words = bitcast[DType.int32, 4](a)
-    var b_words = bitcast[DType.int32, 2](b)
-    var d = inlined_assembly[
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
-        + "{$10, $11, $12, $13};",
-        _RegisterPackType[Int32, Int32, Int32, Int32],
-        constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
-    ](a_words[0], a_words[1], a_words[2], a_words[3], b_words[0], b_words[1], c[0], c[1], c[2], c[3])
-    return SIMD[DType.int32, 4](d[0], d[1], d[2], d[3])
-
+comptime FUSED_ROWS = 128  # a tile's rows: two warpgroups of 64
+comptime FUSED_COLUMNS = 256  # a tile's columns: one m64n256k32 wgmma a warpgroup
+comptime FUSED_TEAM = 256  # threads of a block: two warpgroups
+comptime FUSED_K = 128  # k of a stage: one 128-byte line of the swizzled layout wgmma reads
+comptime FUSED_STAGES = 4  # slots in the ring of stages
+comptime FUSED_AHEAD = 2  # stages copied ahead of the products: a slot is refilled two stages after its products
+# started, once the warpgroups have waited for them (the products of one stage overlap the next stage's copies)
+comptime FUSED_LINES = FUSED_ROWS + FUSED_COLUMNS  # lines of a stage: the tile's rows of A, then its columns of B
+comptime FUSED_STAGE = FUSED_LINES * FUSED_K  # bytes of one stage (48 KB)
+comptime FUSED_SHARED = FUSED_STAGES * FUSED_STAGE  # 196,608 bytes: within the H100/H200's 227 KB a block
+comptime FUSED_SUMS = FUSED_ROWS * FUSED_COLUMNS // FUSED_TEAM  # int32 sums a thread holds (its outputs)
+comptime FUSED_WORDS = FUSED_SUMS // 4  # 32-bit words of a thread's residues modulo one modulus
 
 comptime SharedBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
 comptime GlobalBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
-comptime Accumulators = Array[SIMD[DType.int32, 4], 16]  # a lane's share of its warp's 64 × 32 int32 sums
+comptime U32Ptr = Pointer[UInt32, MutUntrackedOrigin]
+comptime Sums = SIMD[DType.uint32, FUSED_SUMS]  # a thread's share of its warpgroup's 64 × 256 int32 sums (bits)
+
+
+def fused_scratch_bytes(M: Int, N: Int, moduli: Int) -> Int:
+    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles) and modulus."""
+    var tiles = (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + FUSED_COLUMNS - 1) // FUSED_COLUMNS)
+    return tiles * moduli * FUSED_ROWS * FUSED_COLUMNS
+
+
+struct StagedCopies(ImplicitlyCopyable, Movable):
+    """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and 256 of B's,
+    in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
+    128·l + 16·(j XOR l mod 8)): 12 copies of 16 bytes (cp.async), copy c of piece j = tid mod 8 of line
+    32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
+    stored length, and lines past the operand's rows (A) or columns (B), land as zeros."""
+
+    var a_first: Int  # address of this thread's first piece in modulus 0's plane of A (k = 0)
+    var b_first: Int
+    var a_lines: Int  # lines of A (and of B) this thread's copies may read: the tile's lines inside the operand
+    var b_lines: Int
+    var piece: Int  # the piece's byte offset in its line
+    var target: Int  # the piece's offset in a stage (copy 0's line)
+    var line: Int  # bytes of a residue line
+    var line_of_thread: Int  # the line of copy 0 (copy c's is 32·c further)
+    var a_plane_bytes: Int  # from one modulus's plane of A to the next
+    var b_plane_bytes: Int
+    var modulus: Int  # the next stage to fill: modulus, k and slot of the ring
+    var k: Int
+    var slot: Int
+
+    @always_inline
+    def __init__(out self, a_plane: Int, b_plane: Int, line: Int, rows: Int, columns: Int, a_lines_total: Int,
+                 b_lines_total: Int, tid: Int):
+        """Copies of the tile whose first lines are at a_plane and b_plane in modulus 0's planes (`rows` and
+        `columns` of them inside the operands, whose planes hold a_lines_total and b_lines_total lines)."""
+        self.line_of_thread = tid // 8
+        self.piece = 16 * (tid % 8)
+        self.line = line
+        self.a_first = a_plane + self.line_of_thread * line + self.piece
+        self.b_first = b_plane + self.line_of_thread * line + self.piece
+        self.a_lines = rows
+        self.b_lines = columns
+        self.target = self.line_of_thread * FUSED_K + 16 * ((tid % 8) ^ (self.line_of_thread % 8))
+        self.a_plane_bytes = a_lines_total * line
+        self.b_plane_bytes = b_lines_total * line
+        self.modulus = 0
+        self.k = 0
+        self.slot = 0
+
+    @always_inline
+    def start_next[moduli: Int](mut self, shared: SharedBytes):
+        """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, the moduli in turn)
+        into its slot of the ring, and commit its copies as one group (an empty group once the stream is done)."""
+        if self.modulus < moduli:
+            var stage = shared.unsafe_offset(self.slot * FUSED_STAGE)
+            var inside = self.k + self.piece < self.line
+            comptime for copy in range(FUSED_LINES // 32):
+                comptime of_a = copy < FUSED_ROWS // 32
+                comptime index = copy if of_a else copy - FUSED_ROWS // 32
+                var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
+                var first = self.a_first + self.modulus * self.a_plane_bytes if of_a else (
+                    self.b_first + self.modulus * self.b_plane_bytes
+                )
+                var source = GlobalBytes(unsafe_from_address=first + 32 * index * self.line + self.k)
+                async_copy[16, fill=Int8(0)](
+                    source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
+                )
+            self.k += FUSED_K
+            if self.k >= self.line:
+                self.k = 0
+                self.modulus += 1
+            self.slot = (self.slot + 1) % FUSED_STAGES
+        async_copy_commit_group()
 
 
 @always_inline
-def stage_slice(stage: SharedBytes, a_plane: Int, b_plane: Int, line: Int, k: Int, rows: Int, columns: Int,
-                tid: Int):
-    """Start copying k [k, k + 32) of the tile's 128 lines of A's plane and of B's plane (lines `line` bytes
-    apart from a_plane and b_plane) into `stage` (cp.async, 16 bytes a copy, two a thread); bytes past the
-    plane's stored length, and lines past `rows` (A) or `columns` (B), land as zeros."""
-    var row = tid // 2
-    var at = k + 16 * (tid % 2)
-    var inside = at < line
-    comptime for side in range(2):
-        var plane = a_plane if side == 0 else b_plane
-        var valid = inside and row < (rows if side == 0 else columns)
-        var source = GlobalBytes(unsafe_from_address=plane + (row * line + at if valid else 0))
-        async_copy[16, fill=Int8(0)](
-            source, stage.unsafe_offset((side * FUSED_TILE + row) * STAGED_LINE + 16 * (tid % 2)),
-            src_size=Int32(16 if valid else 0),
+def swizzled_lines(lines: SharedBytes) -> Int64:
+    """The wgmma descriptor of staged lines (stage_lines' layout): the start address, 1024 bytes between groups
+    of 8 lines, 128-byte swizzling (addresses and offsets in 16-byte units; the leading offset is unused there)."""
+    return Int64((Int(lines) & 0x3FFFF) >> 4) | (Int64(1) << 16) | (Int64(1024 >> 4) << 32) | (Int64(1) << 62)
+
+
+@always_inline
+def multiply_stage(sums: Sums, stage: SharedBytes, warpgroup: Int) -> Sums:
+    """sums + the warpgroup's 64 rows of A's staged lines · the 256 columns of B's, over the stage's 128 k: four
+    wgmma m64n256k32 (int8 × int8, exact int32 sums), each reading the next 32 bytes of every line, started as one
+    group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or refills the stage."""
+    var a = swizzled_lines(stage.unsafe_offset(64 * warpgroup * FUSED_K))
+    var b = swizzled_lines(stage.unsafe_offset(FUSED_ROWS * FUSED_K))
+    var result = sums
+    wgmma_fence_aligned()
+    comptime for step in range(FUSED_K // 32):
+        result = wgmma_async[64, FUSED_COLUMNS, 32, DType.uint32, FUSED_SUMS, a_type=DType.int8, b_type=DType.int8](
+            WGMMADescriptor[DType.int8](a + Int64(2 * step)), WGMMADescriptor[DType.int8](b + Int64(2 * step)), result
         )
+    wgmma_commit_group_sync()
+    return result
 
 
 @always_inline
-def multiply_slice(mut acc: Accumulators, stage: SharedBytes, warp_row: Int, warp_column: Int, lane: Int):
-    """acc += the warp's 64 rows of A's staged slice · its 32 columns of B's (k 32), by 16 mma: acc[4·mt + nt] the
-    16 × 8 outputs of rows 16·mt … and columns 8·nt …. A's fragments by ldmatrix (four 8 × 16-byte matrices: rows
-    0–7 and 8–15 at k 0–15, then at k 16–31), B's two column tiles at once (columns 0–7 at k 0–15 and 16–31,
-    then columns 8–15)."""
-    var b_lines = stage.unsafe_offset(FUSED_TILE * STAGED_LINE)
-    var b = Array[SIMD[DType.int8, 16], 2](fill=SIMD[DType.int8, 16](0))
-    comptime for pair in range(2):
-        b[pair] = ld_matrix[16](b_lines.unsafe_offset(
-            (warp_column + 16 * pair + lane % 8 + 8 * (lane // 16)) * STAGED_LINE + 16 * ((lane // 8) % 2)
-        ))
-    comptime for mt in range(4):
-        var a = ld_matrix[16](stage.unsafe_offset((warp_row + 16 * mt + lane % 16) * STAGED_LINE + 16 * (lane // 16)))
-        comptime for nt in range(4):
-            acc[4 * mt + nt] = mma_s8(a, b[nt // 2].slice[8, offset=8 * (nt % 2)](), acc[4 * mt + nt])
-
-
-@always_inline
-def fold_chunk[p: Int](plane: SharedBytes, acc: Accumulators, first_chunk: Bool, warp_row: Int,
-                       warp_column: Int, lane: Int):
-    """Each of the lane's outputs in the tile's byte plane of modulus p: its residue so far plus the chunk's sum,
-    reduced to [0, p) (chunk_residue, then one remainder: below 3p < 2^31)."""
-    comptime for t in range(16):
+def fold_sums[p: Int](words: U32Ptr, sums: Sums, first_chunk: Bool, tid: Int):
+    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p) (chunk_residue, then one
+    remainder: below 3p < 2^31), stored a byte an output: sums 4w … 4w + 3 in word w, at w·256 + tid, so that a
+    warp's 32 lanes store 128 contiguous bytes."""
+    comptime for w in range(FUSED_WORDS):
+        var so_far = UInt32(0) if first_chunk else words.unsafe_load(w * FUSED_TEAM + tid)
+        var word = UInt32(0)
         comptime for j in range(4):
-            var at = (warp_row + 16 * (t // 4) + lane // 4 + 8 * (j // 2)) * FUSED_TILE + warp_column + 8 * (t % 4)
-            at += 2 * (lane % 4) + j % 2
-            var so_far = UInt32(0) if first_chunk else UInt32(bitcast[DType.uint8](plane.unsafe_load(at)))
-            var r = remainder_below_2_31[p](so_far + chunk_residue[p](acc[t][j]))
-            plane.unsafe_store(at, bitcast[DType.int8](UInt8(r)))
+            var sum = bitcast[DType.int32](sums[4 * w + j])
+            var r = remainder_below_2_31[p](((so_far >> UInt32(8 * j)) & 0xFF) + chunk_residue[p](sum))
+            word |= r << UInt32(8 * j)
+        words.unsafe_store(w * FUSED_TEAM + tid, word)
 
 
-comptime EXACT_FUSED = Interface("c a_residues b_residues a_exponents b_exponents", "m n k bits accumulate", "")
+comptime EXACT_FUSED = Interface("c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate", "")
 
 
+@always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
 def exact_fused_tile[moduli: Int](task: Int, args: Args):
     """Tile `task` of the outputs (row tiles × column tiles, column tiles fastest) of the product whose residue
-    planes residue_planes wrote: each thread sums the outputs of its mma fragments for every modulus, then
-    reconstructs and rounds 64 outputs of the tile.
+    planes residue_planes wrote: for every modulus the plane products on the tensor cores, folded to residues;
+    then each thread reconstructs and rounds its 128 outputs.
 
-    For modulus i, the warp (w ÷ 4, w mod 4) sums a_i[m, k]·b_i[n, k] over its 64 × 32 outputs on the tensor cores
-    (int8 × int8 → int32, exact), slice after slice of 32 k staged through shared memory (two stages: the next
-    slice's copies are in flight during this slice's products), in chunks of RESIDUE_CHUNK k as
-    plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
-    residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
-    chunk a thread folds its own outputs' sums modulo p_i into the tile's byte plane i (fold_chunk: the planes
-    are written and read back only by the thread that owns the output, so they need no barrier). After the last
-    modulus a barrier, then thread t reconstructs outputs t, t + 256, … of the tile from their bytes in the
-    planes (r_i ≡ X (mod p_i), 0 ≤ r_i < p_i) by crt_store, as crt_round does from its residues below 2^13:
-    X is the same integer, so the bits are the unfused form's. Padding k (up to padded(K)) holds zeros, and
-    the lines of a non-finite row or column hold zero residues (crt_store stores NaN there)."""
+    The k of all moduli form one stream of stages of 128 k (modulus i's, then modulus i + 1's); stage s is copied
+    two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums a_i[m, k]·b_i[n, k] over its 64 rows × 256 columns
+    (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k as plane_products_on_tensor_cores does: a chunk's
+    sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric residues of at least −128), so |sum| ≤ 2^30 and no
+    int32 partial sum, in any order, overflows. After each chunk a thread folds its sums modulo p_i into its
+    bytes of the workspace (fold_sums; written and read back only by the thread that owns them). A thread's sum j
+    is wgmma's accumulator fragment: row 16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column
+    8·(j ÷ 4) + 2·(lane mod 4) + j mod 2. Finally each output's residues r_i ≡ X (mod p_i), 0 ≤ r_i < p_i, give X
+    by crt_store, as crt_round does from its residues below 2^13: the same integer, so the unfused form's bits.
+    Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
+    (crt_store stores NaN there)."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
     var line = padded(K)
-    var column_tiles = (N + FUSED_TILE - 1) // FUSED_TILE
-    var row0 = task // column_tiles * FUSED_TILE
-    var column0 = task % column_tiles * FUSED_TILE
+    var column_tiles = (N + FUSED_COLUMNS - 1) // FUSED_COLUMNS
+    var row0 = task // column_tiles * FUSED_ROWS
+    var column0 = task % column_tiles * FUSED_COLUMNS
     var tid = Int(thread_idx.x)
-    var lane = tid % 32
-    var warp_row = tid // 32 // (FUSED_TILE // WARP_COLUMNS) * WARP_ROWS
-    var warp_column = tid // 32 % (FUSED_TILE // WARP_COLUMNS) * WARP_COLUMNS
-    var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=16]()
-    var planes = shared.unsafe_offset(2 * FUSED_STAGE)
-    var chunks = (line + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    for i in range(moduli):
-        var a_plane = Int(args.addresses[1]) + (i * M + row0) * line
-        var b_plane = Int(args.addresses[2]) + (i * N + column0) * line
-        for chunk in range(chunks):
-            var first = chunk * RESIDUE_CHUNK
-            var slices = (min(line, first + RESIDUE_CHUNK) - first + FUSED_K - 1) // FUSED_K
-            var acc = Accumulators(fill=SIMD[DType.int32, 4](0))
-            stage_slice(shared, a_plane, b_plane, line, first, M - row0, N - column0, tid)
-            async_copy_commit_group()
-            for s in range(slices):
-                if s + 1 < slices:
-                    stage_slice(shared.unsafe_offset((s + 1) % 2 * FUSED_STAGE), a_plane, b_plane, line,
-                                first + (s + 1) * FUSED_K, M - row0, N - column0, tid)
-                    async_copy_commit_group()
-                    async_copy_wait_group(1)  # this slice's copies have landed, the next one's may not have
-                else:
-                    async_copy_wait_group(0)
-                barrier()
-                multiply_slice(acc, shared.unsafe_offset(s % 2 * FUSED_STAGE), warp_row, warp_column, lane)
-                barrier()  # every warp is done with this stage before it is refilled
-            comptime for j in range(moduli):
-                if j == i:
-                    fold_chunk[MODULI[j]](planes.unsafe_offset(j * FUSED_PLANE), acc, chunk == 0, warp_row,
-                                          warp_column, lane)
-    barrier()
+    var warpgroup = tid // 128
+    var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
+    var residues = Int(args.addresses[5]) + task * moduli * FUSED_ROWS * FUSED_COLUMNS
+    var copies = StagedCopies(Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line, line,
+                              M - row0, N - column0, M, N, tid)
+    comptime for _ in range(FUSED_AHEAD):
+        copies.start_next[moduli](shared)
+    var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
+    var k = 0
+    var slot = 0
+    while i < moduli:
+        var chunk_end = min(line, k + RESIDUE_CHUNK)
+        var sums = Sums(0)
+        while k < chunk_end:
+            async_copy_wait_group(FUSED_AHEAD - 1)  # this stage's copies have landed (the next stage's may not have)
+            fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
+            barrier()  # every thread's copies landed; every warpgroup done with the products of the slot refilled
+            copies.start_next[moduli](shared)
+            sums = multiply_stage(sums, shared.unsafe_offset(slot * FUSED_STAGE), warpgroup)
+            wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
+            k += FUSED_K
+            slot = (slot + 1) % FUSED_STAGES
+        wgmma_wait_group_sync[0]()
+        var words = U32Ptr(unsafe_from_address=residues + i * FUSED_ROWS * FUSED_COLUMNS)
+        comptime for j in range(moduli):
+            if j == i:
+                fold_sums[MODULI[j]](words, sums, chunk_end <= RESIDUE_CHUNK, tid)
+        if k >= line:
+            k = 0
+            i += 1
     var a_exponents = args.i32(3)
     var b_exponents = args.i32(4)
-    for at in range(tid, FUSED_PLANE, FUSED_TEAM):
-        var m = row0 + at // FUSED_TILE
-        var n = column0 + at % FUSED_TILE
-        if m < M and n < N:
-            var residues = SIMD[DType.uint32, 16](0)
-            comptime for i in range(moduli):
-                residues[i] = UInt32(bitcast[DType.uint8](planes.unsafe_load(i * FUSED_PLANE + at)))
-            crt_store[moduli](args.f32(0), m * N + n, residues, a_exponents.unsafe_load(m),
-                              b_exponents.unsafe_load(n), args.size(3), args.flag(4))
+    var lane = tid % 32
+    var row = row0 + 64 * warpgroup + 16 * (tid % 128 // 32) + lane // 4
+    for w in range(FUSED_WORDS):
+        var words = SIMD[DType.uint32, 16](0)
+        comptime for i in range(moduli):
+            words[i] = U32Ptr(unsafe_from_address=residues + i * FUSED_ROWS * FUSED_COLUMNS).unsafe_load(
+                w * FUSED_TEAM + tid
+            )
+        comptime for j in range(4):
+            var m = row + 8 * (j // 2)
+            var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
+            if m < M and n < N:
+                crt_store[moduli](args.f32(0), m * N + n, (words >> UInt32(8 * j)) & 0xFF,
+                                  a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
 
 
 def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
-                                b_exponents: Int, M: Int, N: Int, K: Int, bits: Int, accumulate: Bool) raises:
-    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × 128 outputs."""
+                                b_exponents: Int, residues: Int, M: Int, N: Int, K: Int, bits: Int,
+                                accumulate: Bool) raises:
+    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × 256 outputs;
+    `residues` holds fused_scratch_bytes(M, N, moduli)."""
     var args = Args.empty()  # EXACT_FUSED
     args.addresses[0] = Int64(Int(c))
     args.addresses[1] = Int64(a_residues)
     args.addresses[2] = Int64(b_residues)
     args.addresses[3] = Int64(a_exponents)
     args.addresses[4] = Int64(b_exponents)
+    args.addresses[5] = Int64(residues)
     args.sizes[0] = Int64(M)
     args.sizes[1] = Int64(N)
     args.sizes[2] = Int64(K)
     args.sizes[3] = Int64(bits)
     args.sizes[4] = Int64(1 if accumulate else 0)
-    var tiles = (M + FUSED_TILE - 1) // FUSED_TILE * ((N + FUSED_TILE - 1) // FUSED_TILE)
-    launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_tile, fused_shared_bytes(moduli)](dev, tiles, args)
+    var tiles = (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + FUSED_COLUMNS - 1) // FUSED_COLUMNS)
+    launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_tile, FUSED_SHARED](dev, tiles, args)
