@@ -86,6 +86,34 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
     assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], results[2])
 
 
+@pytest.mark.parametrize("k", [2, 96])
+def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
+    """Every form of the exact GEMM gives the definition's bits where the rounding is delicate: outputs from
+    above float32's largest (overflow to inf) down through the subnormals to below half the smallest one, exact
+    cancellations, ties between subnormals, and sums whose integers cross 2^63 (the reconstruction converts
+    those of at most 63 bits directly and rounds the longer ones to odd first)."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(k)
+    m, n = 48, 40
+    a = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-75, 64, (m, 1)))).astype(np.float32)
+    b = (rng.standard_normal((k, n)) * np.exp2(rng.integers(-75, 64, (1, n)))).astype(np.float32)
+    a[0], a[1, :2], b[:2, 0] = 0.0, [1.0, -1.0], [1.0, 1.0]  # a zero row; an exact cancellation
+    a[2, :2], b[:2, 1] = [np.float32(1 + 2**-3), 0.0], [2.0**-147, 0.0]  # a tie between two subnormals
+    a[3, 1:], b[1:, 2] = 0.0, 0.0
+    a[3, 0], b[0, 2] = 2.0**-100, 2.0**-50  # below half the smallest subnormal
+    a[4], b[:, 3] = 3e38, 2.0  # overflows
+    a[5] = rng.integers(1, 2**23, k) * np.float32(2**-23)  # long integers: sums past 2^63
+    a[6], b[:, 4] = rng.standard_normal(k) * 2.0**-30, rng.standard_normal(k) * 2.0**-30  # sums below 2^63:
+    a[6, 0], b[0, 4], b[1, 4] = 1.0, 0.0, 1.0  # each line's largest is 1, the products' sum about 2^-30
+    expected = exact_gemm.exact_gemm(a, b)
+    assert np.isinf(expected).any() and (np.abs(expected[expected != 0]) < 2.0**-126).any()
+    for residues in (False, True, "fused"):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32)), residues
+
+
 def test_gemm_refuses_k_ranges_it_does_not_define(device):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
     a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))

@@ -34,6 +34,7 @@ from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
+from std.os import getenv
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -596,13 +597,42 @@ def crt_store[moduli: Int](
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
     high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
-    var value = (Int128(Int64(Int32(high))) << 64) | Int128(((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF))
-    var rounded_value = rounded(value, 2 * bits - Int(e) - Int(f))
+    var rounded_value = rounded_words(high, UInt32(middle & 0xFFFFFFFF), UInt32(low & 0xFFFFFFFF),
+                                      2 * bits - Int(e) - Int(f))
     if accumulate:
         rounded_value = c.unsafe_load(output) + rounded_value
     if e == NON_FINITE or f == NON_FINITE:
         rounded_value = bitcast[DType.float32](CANONICAL_NAN)
     c.unsafe_store(output, rounded_value)
+
+
+@always_inline
+def rounded_words(high: UInt32, middle: UInt32, low: UInt32, shift: Int) -> Float32:
+    """rounded(X, shift) for the signed 96-bit X = high·2^64 + middle·2^32 + low (high read as signed), by the
+    conversion of a 64-bit integer to float32 where that gives the same bits, else by rounded:
+    - |X| < 2^63: v = X, whose conversion (to nearest, ties to even) is RN(X);
+    - else v = ⌊X/2^32⌋ with the lowest bit set when a dropped bit is (round to odd): v and X/2^32 then round
+      alike to 24 bits, since v keeps at least 31 (24 + 2 suffice);
+    then RN(X)·2^−shift is the answer when its exponent stays normal: scaling by a power of two commutes with a
+    rounding to 24 bits there, and a value below 2^−126 whose 24-bit rounding reaches 2^−126 (within 2^−151 of
+    it) also rounds up to 2^−126 on the subnormals' coarser grid. Subnormal, overflowing and zero results take
+    rounded. One conversion and an exponent adjustment instead of 128-bit shifts: the same bits on every
+    device (the conversion is IEEE's)."""
+    var fits = Int32(high) == (Int32(middle) >> 31)  # high only extends the sign of bit 63
+    var v: Int64
+    var scale: Int  # the power of two v stands for
+    if fits:
+        v = Int64((UInt64(middle) << 32) | UInt64(low))
+        scale = 0
+    else:
+        v = Int64((UInt64(high) << 32) | UInt64(middle)) | Int64(1 if low != 0 else 0)
+        scale = 32
+    var bits = bitcast[DType.uint32](Float32(v))
+    var exponent = Int((bits >> 23) & 0xFF) + scale - shift  # the result's biased exponent
+    if v != 0 and exponent >= 1 and exponent <= 254:
+        return bitcast[DType.float32](bits + (UInt32(scale - shift) << 23))
+    var value = (Int128(Int64(Int32(high))) << 64) | Int128((UInt64(middle) << 32) | UInt64(low))
+    return rounded(value, shift)
 
 
 def modulus_product(moduli: Int) -> UInt128:
@@ -788,34 +818,47 @@ def plane_products_on_tensor_cores(
 # reconstructs and rounds its outputs (crt_store) and stores the floats.
 
 comptime FUSED_ROWS = 128  # a tile's rows: two warpgroups of 64
-comptime FUSED_COLUMNS = 256  # a tile's columns: one m64n256k32 wgmma a warpgroup
 comptime FUSED_TEAM = 256  # threads of a block: two warpgroups
 comptime FUSED_K = 128  # k of a stage: one 128-byte line of the swizzled layout wgmma reads
-comptime FUSED_STAGES = 4  # slots in the ring of stages
-comptime FUSED_AHEAD = 2  # stages copied ahead of the products: a slot is refilled two stages after its products
-# started, once the warpgroups have waited for them (the products of one stage overlap the next stage's copies)
-comptime FUSED_LINES = FUSED_ROWS + FUSED_COLUMNS  # lines of a stage: the tile's rows of A, then its columns of B
-comptime FUSED_STAGE = FUSED_LINES * FUSED_K  # bytes of one stage (48 KB)
-comptime FUSED_SHARED = FUSED_STAGES * FUSED_STAGE  # 196,608 bytes: within the H100/H200's 227 KB a block
-comptime FUSED_SUMS = FUSED_ROWS * FUSED_COLUMNS // FUSED_TEAM  # int32 sums a thread holds (its outputs)
-comptime FUSED_WORDS = FUSED_SUMS // 4  # 32-bit words of a thread's residues modulo one modulus
+
+
+struct FusedTile[columns: Int]:
+    """The fused kernel's geometry for tiles of 128 rows × `columns` columns: 256 (one block a multiprocessor,
+    the most products per staged byte) or 128 (two blocks a multiprocessor, so that one block's folds and
+    reconstruction overlap the other's products)."""
+
+    comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
+    comptime stage_bytes = Self.lines * FUSED_K
+    comptime slots = 4 if Self.columns == 256 else 3  # stages in the ring: 192 KB, or 96 KB a block
+    comptime ahead = Self.slots - 2  # stages copied ahead: a slot is refilled two stages after its products
+    # started, once the warpgroups have waited for them (the products of one stage overlap the next one's copies)
+    comptime shared_bytes = Self.slots * Self.stage_bytes
+    comptime blocks_per_sm = 1 if Self.columns == 256 else 2
+    comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
+    comptime words = Self.sums // 4  # 32-bit words of a thread's residues modulo one modulus
+    comptime outputs = FUSED_ROWS * Self.columns
+
 
 comptime SharedBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
 comptime GlobalBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
-comptime U32Ptr = Pointer[UInt32, MutUntrackedOrigin]
-comptime Sums = SIMD[DType.uint32, FUSED_SUMS]  # a thread's share of its warpgroup's 64 × 256 int32 sums (bits)
+comptime U32Ptr = Pointer[UInt32, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
+
+
+def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
+    """Tiles of 128 rows × `columns` columns covering the M × N outputs."""
+    return (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + columns - 1) // columns)
 
 
 def fused_scratch_bytes(M: Int, N: Int, moduli: Int) -> Int:
-    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles) and modulus."""
-    var tiles = (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + FUSED_COLUMNS - 1) // FUSED_COLUMNS)
-    return tiles * moduli * FUSED_ROWS * FUSED_COLUMNS
+    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles, either width) and
+    modulus."""
+    return moduli * max(fused_tiles(M, N, 256) * FusedTile[256].outputs, fused_tiles(M, N, 128) * FusedTile[128].outputs)
 
 
-struct StagedCopies(ImplicitlyCopyable, Movable):
-    """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and 256 of B's,
-    in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
-    128·l + 16·(j XOR l mod 8)): 12 copies of 16 bytes (cp.async), copy c of piece j = tid mod 8 of line
+struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
+    """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and `columns` of
+    B's, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
+    128·l + 16·(j XOR l mod 8)): copies of 16 bytes (cp.async, 12 or 8 a thread), copy c of piece j = tid mod 8 of line
     32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
     stored length, and lines past the operand's rows (A) or columns (B), land as zeros."""
 
@@ -834,17 +877,17 @@ struct StagedCopies(ImplicitlyCopyable, Movable):
     var slot: Int
 
     @always_inline
-    def __init__(out self, a_plane: Int, b_plane: Int, line: Int, rows: Int, columns: Int, a_lines_total: Int,
+    def __init__(out self, a_plane: Int, b_plane: Int, line: Int, a_lines: Int, b_lines: Int, a_lines_total: Int,
                  b_lines_total: Int, tid: Int):
-        """Copies of the tile whose first lines are at a_plane and b_plane in modulus 0's planes (`rows` and
-        `columns` of them inside the operands, whose planes hold a_lines_total and b_lines_total lines)."""
+        """Copies of the tile whose first lines are at a_plane and b_plane in modulus 0's planes (a_lines and
+        b_lines of them inside the operands, whose planes hold a_lines_total and b_lines_total lines)."""
         self.line_of_thread = tid // 8
         self.piece = 16 * (tid % 8)
         self.line = line
         self.a_first = a_plane + self.line_of_thread * line + self.piece
         self.b_first = b_plane + self.line_of_thread * line + self.piece
-        self.a_lines = rows
-        self.b_lines = columns
+        self.a_lines = a_lines
+        self.b_lines = b_lines
         self.target = self.line_of_thread * FUSED_K + 16 * ((tid % 8) ^ (self.line_of_thread % 8))
         self.a_plane_bytes = a_lines_total * line
         self.b_plane_bytes = b_lines_total * line
@@ -857,9 +900,9 @@ struct StagedCopies(ImplicitlyCopyable, Movable):
         """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, the moduli in turn)
         into its slot of the ring, and commit its copies as one group (an empty group once the stream is done)."""
         if self.modulus < moduli:
-            var stage = shared.unsafe_offset(self.slot * FUSED_STAGE)
+            var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
             var inside = self.k + self.piece < self.line
-            comptime for copy in range(FUSED_LINES // 32):
+            comptime for copy in range(FusedTile[Self.columns].lines // 32):
                 comptime of_a = copy < FUSED_ROWS // 32
                 comptime index = copy if of_a else copy - FUSED_ROWS // 32
                 var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
@@ -874,7 +917,7 @@ struct StagedCopies(ImplicitlyCopyable, Movable):
             if self.k >= self.line:
                 self.k = 0
                 self.modulus += 1
-            self.slot = (self.slot + 1) % FUSED_STAGES
+            self.slot = (self.slot + 1) % FusedTile[Self.columns].slots
         async_copy_commit_group()
 
 
@@ -886,16 +929,19 @@ def swizzled_lines(lines: SharedBytes) -> Int64:
 
 
 @always_inline
-def multiply_stage(sums: Sums, stage: SharedBytes, warpgroup: Int) -> Sums:
-    """sums + the warpgroup's 64 rows of A's staged lines · the 256 columns of B's, over the stage's 128 k: four
-    wgmma m64n256k32 (int8 × int8, exact int32 sums), each reading the next 32 bytes of every line, started as one
+def multiply_stage[columns: Int](
+    sums: SIMD[DType.uint32, FusedTile[columns].sums], stage: SharedBytes, warpgroup: Int
+) -> SIMD[DType.uint32, FusedTile[columns].sums]:
+    """sums + the warpgroup's 64 rows of A's staged lines · the `columns` columns of B's, over the stage's 128 k:
+    four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the next 32 bytes of every line, started as one
     group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or refills the stage."""
     var a = swizzled_lines(stage.unsafe_offset(64 * warpgroup * FUSED_K))
     var b = swizzled_lines(stage.unsafe_offset(FUSED_ROWS * FUSED_K))
     var result = sums
     wgmma_fence_aligned()
     comptime for step in range(FUSED_K // 32):
-        result = wgmma_async[64, FUSED_COLUMNS, 32, DType.uint32, FUSED_SUMS, a_type=DType.int8, b_type=DType.int8](
+        result = wgmma_async[64, columns, 32, DType.uint32, FusedTile[columns].sums, a_type=DType.int8,
+                             b_type=DType.int8](
             WGMMADescriptor[DType.int8](a + Int64(2 * step)), WGMMADescriptor[DType.int8](b + Int64(2 * step)), result
         )
     wgmma_commit_group_sync()
@@ -903,31 +949,39 @@ def multiply_stage(sums: Sums, stage: SharedBytes, warpgroup: Int) -> Sums:
 
 
 @always_inline
-def fold_sums[p: Int](words: U32Ptr, sums: Sums, first_chunk: Bool, tid: Int):
-    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p) (chunk_residue, then one
-    remainder: below 3p < 2^31), stored a byte an output: sums 4w … 4w + 3 in word w, at w·256 + tid, so that a
-    warp's 32 lanes store 128 contiguous bytes."""
-    comptime for w in range(FUSED_WORDS):
-        var so_far = UInt32(0) if first_chunk else words.unsafe_load(w * FUSED_TEAM + tid)
-        var word = UInt32(0)
-        comptime for j in range(4):
-            var sum = bitcast[DType.int32](sums[4 * w + j])
-            var r = remainder_below_2_31[p](((so_far >> UInt32(8 * j)) & 0xFF) + chunk_residue[p](sum))
-            word |= r << UInt32(8 * j)
-        words.unsafe_store(w * FUSED_TEAM + tid, word)
+def fold_sums[p: Int, columns: Int](
+    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], first_chunk: Bool, tid: Int
+):
+    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p), stored a byte an output:
+    sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's 32 lanes store 128 contiguous bytes. One
+    remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum (mod p) and lies in [0, 2^31 − 256) for
+    |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so adding a residue so far keeps it below
+    2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
+    comptime bias = UInt32(p * (((1 << 30) + p - 1) // p)) if p < 256 else UInt32(0)
+    comptime for w in range(FusedTile[columns].words):
+        var so_far = SIMD[DType.uint8, 4](0) if first_chunk else bitcast[DType.uint8, 4](
+            words.unsafe_load(w * FUSED_TEAM + tid)
+        )
+        var total = sums.slice[4, offset=4 * w]() + bias + so_far.cast[DType.uint32]()
+        var residues: SIMD[DType.uint32, 4]
+        comptime if p == 256:
+            residues = total & 0xFF
+        else:
+            residues = remainder_below_2_31[p](total)
+        words.unsafe_store(w * FUSED_TEAM + tid, bitcast[DType.uint32, 1](residues.cast[DType.uint8]()))
 
 
 comptime EXACT_FUSED = Interface("c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate", "")
 
 
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
-def exact_fused_tile[moduli: Int](task: Int, args: Args):
+def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     """Tile `task` of the outputs (row tiles × column tiles, column tiles fastest) of the product whose residue
     planes residue_planes wrote: for every modulus the plane products on the tensor cores, folded to residues;
-    then each thread reconstructs and rounds its 128 outputs.
+    then each thread reconstructs and rounds its outputs (128 or 64).
 
     The k of all moduli form one stream of stages of 128 k (modulus i's, then modulus i + 1's); stage s is copied
-    two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums a_i[m, k]·b_i[n, k] over its 64 rows × 256 columns
+    two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums a_i[m, k]·b_i[n, k] over its 64 rows × `columns`
     (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k as plane_products_on_tensor_cores does: a chunk's
     sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric residues of at least −128), so |sum| ≤ 2^30 and no
     int32 partial sum, in any order, overflows. After each chunk a thread folds its sums modulo p_i into its
@@ -941,37 +995,38 @@ def exact_fused_tile[moduli: Int](task: Int, args: Args):
     var N = args.size(1)
     var K = args.size(2)
     var line = padded(K)
-    var column_tiles = (N + FUSED_COLUMNS - 1) // FUSED_COLUMNS
+    comptime tile = FusedTile[columns]
+    var column_tiles = (N + columns - 1) // columns
     var row0 = task // column_tiles * FUSED_ROWS
-    var column0 = task % column_tiles * FUSED_COLUMNS
+    var column0 = task % column_tiles * columns
     var tid = Int(thread_idx.x)
     var warpgroup = tid // 128
     var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
-    var residues = Int(args.addresses[5]) + task * moduli * FUSED_ROWS * FUSED_COLUMNS
-    var copies = StagedCopies(Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line, line,
+    var residues = Int(args.addresses[5]) + task * moduli * tile.outputs
+    var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line, line,
                               M - row0, N - column0, M, N, tid)
-    comptime for _ in range(FUSED_AHEAD):
+    comptime for _ in range(tile.ahead):
         copies.start_next[moduli](shared)
     var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
     var k = 0
     var slot = 0
     while i < moduli:
         var chunk_end = min(line, k + RESIDUE_CHUNK)
-        var sums = Sums(0)
+        var sums = SIMD[DType.uint32, tile.sums](0)
         while k < chunk_end:
-            async_copy_wait_group(FUSED_AHEAD - 1)  # this stage's copies have landed (the next stage's may not have)
+            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next stage's may not have)
             fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
             barrier()  # every thread's copies landed; every warpgroup done with the products of the slot refilled
             copies.start_next[moduli](shared)
-            sums = multiply_stage(sums, shared.unsafe_offset(slot * FUSED_STAGE), warpgroup)
+            sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
             k += FUSED_K
-            slot = (slot + 1) % FUSED_STAGES
+            slot = (slot + 1) % tile.slots
         wgmma_wait_group_sync[0]()
-        var words = U32Ptr(unsafe_from_address=residues + i * FUSED_ROWS * FUSED_COLUMNS)
+        var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                fold_sums[MODULI[j]](words, sums, chunk_end <= RESIDUE_CHUNK, tid)
+                fold_sums[MODULI[j], columns](words, sums, chunk_end <= RESIDUE_CHUNK, tid)
         if k >= line:
             k = 0
             i += 1
@@ -979,10 +1034,10 @@ def exact_fused_tile[moduli: Int](task: Int, args: Args):
     var b_exponents = args.i32(4)
     var lane = tid % 32
     var row = row0 + 64 * warpgroup + 16 * (tid % 128 // 32) + lane // 4
-    for w in range(FUSED_WORDS):
+    for w in range(tile.words):
         var words = SIMD[DType.uint32, 16](0)
         comptime for i in range(moduli):
-            words[i] = U32Ptr(unsafe_from_address=residues + i * FUSED_ROWS * FUSED_COLUMNS).unsafe_load(
+            words[i] = U32Ptr(unsafe_from_address=residues + i * tile.outputs).unsafe_load(
                 w * FUSED_TEAM + tid
             )
         comptime for j in range(4):
@@ -991,6 +1046,18 @@ def exact_fused_tile[moduli: Int](task: Int, args: Args):
             if m < M and n < N:
                 crt_store[moduli](args.f32(0), m * N + n, (words >> UInt32(8 * j)) & 0xFF,
                                   a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
+
+
+@always_inline
+def exact_fused_wide[moduli: Int](task: Int, args: Args):
+    """exact_fused_tile on tiles of 128 × 256 outputs."""
+    exact_fused_tile[moduli, 256](task, args)
+
+
+@always_inline
+def exact_fused_narrow[moduli: Int](task: Int, args: Args):
+    """exact_fused_tile on tiles of 128 × 128 outputs."""
+    exact_fused_tile[moduli, 128](task, args)
 
 
 def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
@@ -1010,5 +1077,11 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     args.sizes[2] = Int64(K)
     args.sizes[3] = Int64(bits)
     args.sizes[4] = Int64(1 if accumulate else 0)
-    var tiles = (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + FUSED_COLUMNS - 1) // FUSED_COLUMNS)
-    launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_tile, FUSED_SHARED](dev, tiles, args)
+    if getenv("UFORM_FUSED_COLUMNS") == "128":
+        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_narrow, FusedTile[128].shared_bytes](
+            dev, fused_tiles(M, N, 128), args
+        )
+    else:
+        launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_wide, FusedTile[256].shared_bytes](
+            dev, fused_tiles(M, N, 256), args
+        )
