@@ -257,9 +257,10 @@ def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, 
 
 def exact_fused_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
     """The exact GEMM's fused tensor-core form (kernels/gemm_exact.mojo, exact_fused_tile): the residue form with
-    its plane products and reconstruction in one GPU kernel; on the CPU the unfused residue form."""
+    its plane products and reconstruction in the fused GPU kernel, k split into p.range_length ranges (0: the
+    kernel's choice); on the CPU the unfused residue form."""
     gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](dev, p.c, p.a, p.b, p.M, p.N, p.K,
-                                                                            p.accumulate, p.workspace)
+                                                                            p.accumulate, p.workspace, p.range_length)
 
 
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
@@ -267,12 +268,14 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace an exact M×N×K product needs, in either form."""
+def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace an exact M×N×K product needs, in any form (the fused one's k in `splits` ranges, 0
+    its own choice)."""
     var m = Int(py=M)
     var n = Int(py=N)
     var k = Int(py=K)
-    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), gemm_exact.residue_workspace_bytes(m, n, k)))
+    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k),
+                            gemm_exact.residue_workspace_bytes(m, n, k, Int(py=splits))))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,

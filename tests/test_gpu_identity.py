@@ -96,8 +96,9 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
                                               (520, 390, 768, False, True, True), (133, 9, 70000, False, False, True),
                                               (20, 131, 140000, True, False, False)])
 def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
-    """The fused exact GEMM (one kernel a 128 × 128 tile: int8 mma.sync over the moduli, the reconstruction in its
-    epilogue) equals the unfused residue form on the GPU bit for bit, and both the definition
+    """The fused exact GEMM (wgmma over the moduli, the reconstruction in its epilogue; k in one range, in two, or
+    as the kernel chooses: the splits' residues summed by a second kernel) equals the unfused residue form on the
+    GPU bit for bit, and both the definition
     (uform.reference.exact_gemm; NaN where a row or column holds an infinity or a NaN): shapes that are not
     multiples of the tile, every layout, accumulate, a zero row and column, k past one int32 chunk (2^16; 12
     moduli), infinities and NaNs."""
@@ -115,14 +116,15 @@ def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
     stored_b = np.ascontiguousarray(b.T) if tb else b
     device = uform.Device.gpu(0)
     results = []
-    for residues in (True, "fused"):
+    for residues, splits in ((True, 0), ("fused", 0), ("fused", 1), ("fused", 2)):
         c = device.put(c0)
         K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
-                     accumulate=acc, residues=residues)
+                     accumulate=acc, residues=residues, splits=splits)
         results.append(c.numpy())
-    unfused, fused = results
-    differing = int(np.count_nonzero(unfused.view(np.uint32) != fused.view(np.uint32)))
-    assert same_bits(unfused, fused), f"{differing} of {fused.size} outputs differ from the unfused form's"
+    unfused, fused = results[0], results[1]
+    for splits, result in zip((0, 1, 2), results[1:]):
+        differing = int(np.count_nonzero(unfused.view(np.uint32) != result.view(np.uint32)))
+        assert same_bits(unfused, result), f"splits={splits}: {differing} of {result.size} outputs differ"
     expected = exact_gemm.exact_gemm(a, b)
     if acc:
         expected = c0 + expected  # one float32 addition

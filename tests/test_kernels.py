@@ -60,6 +60,8 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
                      1, 1, K.EXACT_GEMM_MAX_K + 1)
     with pytest.raises(ValueError, match="residues must be False, True or 'fused'"):
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues="unfused")
+    with pytest.raises(ValueError, match="splits must be an int >= 0, got -1"):
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues="fused", splits=-1)
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (7, 5, 33, False, False, True),

@@ -34,7 +34,6 @@ from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
-from std.os import getenv
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -649,36 +648,39 @@ def exponent_blocks(K: Int) -> Int:
     return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
 
 
-def residue_workspace_bytes(M: Int, N: Int, K: Int) -> Int:
+def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
     """Bytes of the residue form's workspace: the residue planes (int8), the exponents, the chunk sums and the
-    partial maxima of a transposed operand's lines."""
+    partial maxima of a transposed operand's lines (`splits` as gemm_exact_residues_on takes it)."""
     var moduli = moduli_count(K)
-    return moduli * (M + N) * padded(K) + 4 * (M + N) + sums_bytes(M, N, K) + 4 * max(M, N) * exponent_blocks(K)
+    return moduli * (M + N) * padded(K) + 4 * (M + N) + sums_bytes(M, N, K, splits) + 4 * max(M, N) * exponent_blocks(K)
 
 
-def sums_bytes(M: Int, N: Int, K: Int) -> Int:
+def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
     """Bytes of the unfused form's int32 chunk sums, which also hold the fused kernel's byte residues."""
     var moduli = moduli_count(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    return max(4 * moduli * chunks * M * N, fused_scratch_bytes(M, N, moduli))
+    return max(4 * moduli * chunks * M * N, fused_scratch_bytes(M, N, K, moduli, fused_splits(M, N, K, splits)))
 
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+    splits: Int = 0,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
-    residue_workspace_bytes(M, N, K). With `fused`, a GPU runs the plane products and the reconstruction as one
-    kernel (exact_fused_tile); the CPU, which has no fused kernel, runs the unfused form (the same bits)."""
+    residue_workspace_bytes(M, N, K, splits). With `fused`, a GPU runs the plane products and the reconstruction
+    in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its own choice);
+    the CPU, which has no fused kernel, runs the unfused form (the same bits)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
     if moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
     else:
-        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
 
 
 def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+    splits: Int,
 ) raises:
     """gemm_exact_residues_on for K whose definition takes `moduli` moduli: the planes, their products, the
     reconstruction (on a GPU with `fused`, the last two in one kernel)."""
@@ -689,7 +691,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
-    var partial = sums + sums_bytes(M, N, K)
+    var partial = sums + sums_bytes(M, N, K, splits)
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
     residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
                            M if transpose_a else 1, bits)
@@ -699,7 +701,7 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
         comptime if HAS_ACCELERATOR:
             comptime if fused:
                 fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
-                                       bits, accumulate)
+                                       bits, accumulate, fused_splits(M, N, K, splits))
                 return
             plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     else:
@@ -849,10 +851,32 @@ def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
     return (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + columns - 1) // columns)
 
 
-def fused_scratch_bytes(M: Int, N: Int, moduli: Int) -> Int:
-    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles, either width) and
-    modulus."""
-    return moduli * max(fused_tiles(M, N, 256) * FusedTile[256].outputs, fused_tiles(M, N, 128) * FusedTile[128].outputs)
+comptime FUSED_BLOCKS = 264  # blocks a fused product should give the GPU: two a multiprocessor of an H100 or H200
+comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residues stay below 2^13 (32·255)
+
+
+def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
+    """The ranges of k (each a whole number of stages, none empty) the fused kernel splits an M × N × K product
+    into: `requested` if positive, else one, or enough for FUSED_BLOCKS blocks where the 128 × 128 tiles are
+    fewer than half that (a weight gradient's few outputs over a long k); at most FUSED_MAX_SPLITS."""
+    var tiles = fused_tiles(M, N, 128)
+    var wanted = requested if requested > 0 else (1 if 2 * tiles >= FUSED_BLOCKS else (FUSED_BLOCKS + tiles - 1) // tiles)
+    var slices = (padded(K) + FUSED_K - 1) // FUSED_K
+    var per_split = (slices + min(wanted, FUSED_MAX_SPLITS) - 1) // min(wanted, FUSED_MAX_SPLITS)
+    return (slices + per_split - 1) // per_split
+
+
+def fused_columns(K: Int, splits: Int) -> Int:
+    """The fused kernel's tile width: 256 for an unsplit k of at least 4096 (its products dominate: the most of
+    them per staged byte), else 128 (two blocks a multiprocessor: one block's folds and reconstruction overlap the
+    other's products)."""
+    return 256 if K >= 4096 and splits == 1 else 128
+
+
+def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int) -> Int:
+    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles), modulus and split."""
+    var columns = fused_columns(K, splits)
+    return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns
 
 
 struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
@@ -872,15 +896,18 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
     var line_of_thread: Int  # the line of copy 0 (copy c's is 32·c further)
     var a_plane_bytes: Int  # from one modulus's plane of A to the next
     var b_plane_bytes: Int
+    var k_begin: Int  # the range of k this block multiplies, of every modulus
+    var k_end: Int
     var modulus: Int  # the next stage to fill: modulus, k and slot of the ring
     var k: Int
     var slot: Int
 
     @always_inline
     def __init__(out self, a_plane: Int, b_plane: Int, line: Int, a_lines: Int, b_lines: Int, a_lines_total: Int,
-                 b_lines_total: Int, tid: Int):
-        """Copies of the tile whose first lines are at a_plane and b_plane in modulus 0's planes (a_lines and
-        b_lines of them inside the operands, whose planes hold a_lines_total and b_lines_total lines)."""
+                 b_lines_total: Int, k_begin: Int, k_end: Int, tid: Int):
+        """Copies of k [k_begin, k_end) of the tile whose first lines are at a_plane and b_plane in modulus 0's
+        planes (a_lines and b_lines of them inside the operands, whose planes hold a_lines_total and
+        b_lines_total lines)."""
         self.line_of_thread = tid // 8
         self.piece = 16 * (tid % 8)
         self.line = line
@@ -891,13 +918,16 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
         self.target = self.line_of_thread * FUSED_K + 16 * ((tid % 8) ^ (self.line_of_thread % 8))
         self.a_plane_bytes = a_lines_total * line
         self.b_plane_bytes = b_lines_total * line
+        self.k_begin = k_begin
+        self.k_end = k_end
         self.modulus = 0
-        self.k = 0
+        self.k = k_begin
         self.slot = 0
 
     @always_inline
     def start_next[moduli: Int](mut self, shared: SharedBytes):
-        """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, the moduli in turn)
+        """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, k_begin to k_end,
+        the moduli in turn)
         into its slot of the ring, and commit its copies as one group (an empty group once the stream is done)."""
         if self.modulus < moduli:
             var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
@@ -914,8 +944,8 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
                     source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
                 )
             self.k += FUSED_K
-            if self.k >= self.line:
-                self.k = 0
+            if self.k >= self.k_end:
+                self.k = self.k_begin
                 self.modulus += 1
             self.slot = (self.slot + 1) % FusedTile[Self.columns].slots
         async_copy_commit_group()
@@ -971,50 +1001,57 @@ def fold_sums[p: Int, columns: Int](
         words.unsafe_store(w * FUSED_TEAM + tid, bitcast[DType.uint32, 1](residues.cast[DType.uint8]()))
 
 
-comptime EXACT_FUSED = Interface("c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate", "")
+comptime EXACT_FUSED = Interface(
+    "c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate splits", ""
+)
 
 
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
 def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
-    """Tile `task` of the outputs (row tiles × column tiles, column tiles fastest) of the product whose residue
-    planes residue_planes wrote: for every modulus the plane products on the tensor cores, folded to residues;
-    then each thread reconstructs and rounds its outputs (128 or 64).
+    """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
+    residue planes residue_planes wrote: for every modulus the plane products of the split's range of k on the
+    tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds its outputs
+    (128 or 64; else exact_fused_splits_summed does, after every split).
 
-    The k of all moduli form one stream of stages of 128 k (modulus i's, then modulus i + 1's); stage s is copied
-    two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums a_i[m, k]·b_i[n, k] over its 64 rows × `columns`
-    (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k as plane_products_on_tensor_cores does: a chunk's
-    sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric residues of at least −128), so |sum| ≤ 2^30 and no
-    int32 partial sum, in any order, overflows. After each chunk a thread folds its sums modulo p_i into its
-    bytes of the workspace (fold_sums; written and read back only by the thread that owns them). A thread's sum j
-    is wgmma's accumulator fragment: row 16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column
-    8·(j ÷ 4) + 2·(lane mod 4) + j mod 2. Finally each output's residues r_i ≡ X (mod p_i), 0 ≤ r_i < p_i, give X
-    by crt_store, as crt_round does from its residues below 2^13: the same integer, so the unfused form's bits.
+    The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
+    copied two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums
+    a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k
+    as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
+    residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
+    chunk a thread folds its sums modulo p_i into its bytes of the workspace (fold_sums; written and read back
+    only by the thread that owns them). A thread's sum j is wgmma's accumulator fragment: row
+    16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column 8·(j ÷ 4) + 2·(lane mod 4) + j mod 2.
     Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
     (crt_store stores NaN there)."""
     var M = args.size(0)
     var N = args.size(1)
-    var K = args.size(2)
-    var line = padded(K)
+    var line = padded(args.size(2))
+    var splits = args.size(5)
     comptime tile = FusedTile[columns]
+    var tiles = fused_tiles(M, N, columns)
     var column_tiles = (N + columns - 1) // columns
-    var row0 = task // column_tiles * FUSED_ROWS
-    var column0 = task % column_tiles * columns
+    var row0 = task % tiles // column_tiles * FUSED_ROWS
+    var column0 = task % tiles % column_tiles * columns
+    var per_split = ((line + FUSED_K - 1) // FUSED_K + splits - 1) // splits * FUSED_K
+    var k_begin = task // tiles * per_split
+    var k_end = min(line, k_begin + per_split)
     var tid = Int(thread_idx.x)
     var warpgroup = tid // 128
     var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
     var residues = Int(args.addresses[5]) + task * moduli * tile.outputs
-    var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line, line,
-                              M - row0, N - column0, M, N, tid)
+    var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line,
+                                       line, M - row0, N - column0, M, N, k_begin, k_end, tid)
     comptime for _ in range(tile.ahead):
         copies.start_next[moduli](shared)
     var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
-    var k = 0
+    var k = k_begin
     var slot = 0
     while i < moduli:
-        var chunk_end = min(line, k + RESIDUE_CHUNK)
+        var chunk_begin = k
+        var chunk_end = min(k_end, k + RESIDUE_CHUNK)
         var sums = SIMD[DType.uint32, tile.sums](0)
         while k < chunk_end:
-            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next stage's may not have)
+            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next one's may not)
             fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
             barrier()  # every thread's copies landed; every warpgroup done with the products of the slot refilled
             copies.start_next[moduli](shared)
@@ -1026,25 +1063,46 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                fold_sums[MODULI[j], columns](words, sums, chunk_end <= RESIDUE_CHUNK, tid)
-        if k >= line:
-            k = 0
+                fold_sums[MODULI[j], columns](words, sums, chunk_begin == k_begin, tid)
+        if k >= k_end:
+            k = k_begin
             i += 1
+    if splits == 1:
+        reconstruct_tile[moduli, columns](task, args)
+
+
+@always_inline
+def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
+    """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
+    the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_store's residues r_i ≡ X (mod p_i)),
+    reconstructed and rounded by crt_store, as crt_round does from its residues: the same integer X, so the
+    unfused form's bits."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var splits = args.size(5)
+    comptime tile = FusedTile[columns]
+    var tiles = fused_tiles(M, N, columns)
+    var column_tiles = (N + columns - 1) // columns
+    var row0 = tile_index // column_tiles * FUSED_ROWS
+    var column0 = tile_index % column_tiles * columns
+    var tid = Int(thread_idx.x)
+    var lane = tid % 32
+    var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
     var a_exponents = args.i32(3)
     var b_exponents = args.i32(4)
-    var lane = tid % 32
-    var row = row0 + 64 * warpgroup + 16 * (tid % 128 // 32) + lane // 4
     for w in range(tile.words):
-        var words = SIMD[DType.uint32, 16](0)
-        comptime for i in range(moduli):
-            words[i] = U32Ptr(unsafe_from_address=residues + i * tile.outputs).unsafe_load(
-                w * FUSED_TEAM + tid
-            )
+        var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
+        for split in range(splits):
+            var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
+            comptime for i in range(moduli):
+                var word = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
+                comptime for j in range(4):
+                    residues[16 * j + i] += (word >> UInt32(8 * j)) & 0xFF
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
             if m < M and n < N:
-                crt_store[moduli](args.f32(0), m * N + n, (words >> UInt32(8 * j)) & 0xFF,
+                crt_store[moduli](args.f32(0), m * N + n, residues.slice[16, offset=16 * j](),
                                   a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
 
 
@@ -1060,11 +1118,17 @@ def exact_fused_narrow[moduli: Int](task: Int, args: Args):
     exact_fused_tile[moduli, 128](task, args)
 
 
+def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
+    """The outputs of tile `task` (128 × 128) of a product whose k exact_fused_tile split: reconstruct_tile."""
+    reconstruct_tile[moduli, 128](task, args)
+
+
 def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
                                 b_exponents: Int, residues: Int, M: Int, N: Int, K: Int, bits: Int,
-                                accumulate: Bool) raises:
-    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × 256 outputs;
-    `residues` holds fused_scratch_bytes(M, N, moduli)."""
+                                accumulate: Bool, splits: Int) raises:
+    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × fused_columns
+    outputs and a range of k (`splits` of them, then exact_fused_splits_summed if more than one); `residues`
+    holds fused_scratch_bytes(M, N, K, moduli, splits)."""
     var args = Args.empty()  # EXACT_FUSED
     args.addresses[0] = Int64(Int(c))
     args.addresses[1] = Int64(a_residues)
@@ -1077,11 +1141,14 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     args.sizes[2] = Int64(K)
     args.sizes[3] = Int64(bits)
     args.sizes[4] = Int64(1 if accumulate else 0)
-    if getenv("UFORM_FUSED_COLUMNS") == "128":
-        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_narrow, FusedTile[128].shared_bytes](
-            dev, fused_tiles(M, N, 128), args
-        )
-    else:
+    args.sizes[5] = Int64(splits)
+    if fused_columns(K, splits) == 256:
         launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_wide, FusedTile[256].shared_bytes](
             dev, fused_tiles(M, N, 256), args
         )
+        return
+    launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_narrow, FusedTile[128].shared_bytes](
+        dev, splits * fused_tiles(M, N, 128), args
+    )
+    if splits > 1:
+        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_splits_summed](dev, fused_tiles(M, N, 128), args)
