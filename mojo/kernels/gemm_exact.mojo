@@ -857,10 +857,11 @@ comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residu
 
 def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
     """The ranges of k (each a whole number of stages, none empty) the fused kernel splits an M × N × K product
-    into: `requested` if positive, else one, or enough for FUSED_BLOCKS blocks where the 128 × 128 tiles are
-    fewer than half that (a weight gradient's few outputs over a long k); at most FUSED_MAX_SPLITS."""
+    into: `requested` if positive, else one, or as many as FUSED_BLOCKS blocks take (one wave: blocks of equal
+    work) where the 128 × 128 tiles are fewer than half that (a weight gradient's few outputs over a long k); at
+    most FUSED_MAX_SPLITS."""
     var tiles = fused_tiles(M, N, 128)
-    var wanted = requested if requested > 0 else (1 if 2 * tiles >= FUSED_BLOCKS else (FUSED_BLOCKS + tiles - 1) // tiles)
+    var wanted = requested if requested > 0 else (1 if 2 * tiles >= FUSED_BLOCKS else FUSED_BLOCKS // tiles)
     var slices = (padded(K) + FUSED_K - 1) // FUSED_K
     var per_split = (slices + min(wanted, FUSED_MAX_SPLITS) - 1) // min(wanted, FUSED_MAX_SPLITS)
     return (slices + per_split - 1) // per_split
