@@ -368,14 +368,17 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
 
     @always_inline
     def residues[p: Int](self) -> SIMD[DType.int8, RESIDUE_GROUP]:
-        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8):
-        v ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25), so one 32-bit
-        remainder gives the residue the 64-bit v has."""
-        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8). For p = 256, low's low
+        byte (v ≡ low mod 256, and the byte read as int8 is the residue in [−128, 128)). Else, with h = ⌊p/2⌋,
+        v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h (mod p), a value in [0, 2^25), so one
+        32-bit remainder r = (v + h) mod p gives the residue r − h, the one in [−h, h]."""
+        comptime if p == 256:
+            return self.low.cast[DType.int8]()
+        comptime half = p // 2
+        comptime lift = (p << 11) + half  # a multiple of p above |high·(2^32 mod p)|, plus h
         var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
-        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # v mod p, in [0, p)
-        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
-        return symmetric.cast[DType.int8]()
+        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # (v + h) mod p
+        return (r - Int32(half)).cast[DType.int8]()
 
 
 @always_inline
