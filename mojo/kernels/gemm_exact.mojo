@@ -856,17 +856,29 @@ def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
 
 comptime FUSED_BLOCKS = 264  # blocks a fused product should give the GPU: two a multiprocessor of an H100 or H200
 comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residues stay below 2^13 (32·255)
+comptime FUSED_AUTO_SPLITS = 8  # ranges of k the kernel chooses at most
+comptime FUSED_SPLIT_K = 4096  # k of a range it chooses at least: its folds stay small beside its products
 
 
 def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
     """The ranges of k (each a whole number of stages, none empty) the fused kernel splits an M × N × K product
-    into: `requested` if positive, else one, or as many as FUSED_BLOCKS blocks take (one wave: blocks of equal
-    work) where the 128 × 128 tiles are fewer than half that (a weight gradient's few outputs over a long k); at
-    most FUSED_MAX_SPLITS."""
-    var tiles = fused_tiles(M, N, 128)
-    var wanted = requested if requested > 0 else (1 if 2 * tiles >= FUSED_BLOCKS else FUSED_BLOCKS // tiles)
+    into: `requested` if positive (at most FUSED_MAX_SPLITS), else the count up to FUSED_AUTO_SPLITS, each range
+    at least FUSED_SPLIT_K long, whose blocks of 128 × 128 outputs fill their waves of FUSED_BLOCKS best (the
+    fewest on a tie): blocks do equal work, so a last wave half full runs as long as a full one. A weight
+    gradient's few outputs over a long k split; the tall products, whose tiles fill their waves, do not."""
     var slices = (padded(K) + FUSED_K - 1) // FUSED_K
-    var per_split = (slices + min(wanted, FUSED_MAX_SPLITS) - 1) // min(wanted, FUSED_MAX_SPLITS)
+    var wanted = min(requested, FUSED_MAX_SPLITS)
+    if requested <= 0:
+        var tiles = fused_tiles(M, N, 128)
+        wanted = 1
+        var best = 0.0
+        for splits in range(1, min(FUSED_AUTO_SPLITS, max(1, slices * FUSED_K // FUSED_SPLIT_K)) + 1):
+            var blocks = tiles * splits
+            var filled = Float64(blocks) / Float64((blocks + FUSED_BLOCKS - 1) // FUSED_BLOCKS * FUSED_BLOCKS)
+            if filled > best:
+                best = filled
+                wanted = splits
+    var per_split = (slices + wanted - 1) // wanted
     return (slices + per_split - 1) // per_split
 
 
