@@ -7,15 +7,17 @@ Softmax over a row:
     y = e^(x−max)/Σe^(x−max)      dx = y·(dy − Σ dy·y)
 Cross-entropy of a row of logits z against target t (t < 0: ignored, loss 0, no gradient):
     loss = log Σ e^z − z_t        dz = (softmax(z) − onehot(t))·scale
-Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm is a row kernel
-(`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
+Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm and cross-entropy are row
+kernels (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
 columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order.
 Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
-from engine.launch import Args, Interface
-from engine.reduction import canonical_reduce, canonical_reduce_lanes, row_max, row_reduce, row_stride
+from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_grouped
+from engine.reduction import (
+    LANES, canonical_reduce, canonical_reduce_lanes, row_max, row_max_of, row_reduce, row_stride,
+)
 from engine import numerics
 
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
@@ -108,26 +110,29 @@ def softmax_backward(r: Int, args: Args):
 comptime CROSS_ENTROPY = Interface("losses dlogits logits targets", "vocab", "grad_scale")
 
 
-def cross_entropy(r: Int, args: Args):
-    """dlogits is optional: without it only the losses are written."""
+def cross_entropy[warp: Bool](r: Int, lane: Int, args: Args):
+    """dlogits is optional: without it only the losses are written. A row kernel: on a GPU a warp takes a row
+    (thread l the canonical sum's lane l and the columns l, l+32, …), so its 2·V exponentials are not one thread's
+    chain of loads and stores (a thread a row took 67 µs over the byte LM's 256 logits)."""
     var V = args.size(0)
     var losses = args.f32(0)
     var z = args.f32(2).unsafe_offset(r * V)
     var target = Int(args.i32(3).unsafe_load(r))
     var grad_scale = args.scalar(0)
-    var m = row_max(z, V)
+    var m = row_max_of[warp](z, V, lane)
 
     def shifted_exp(i: Int) {imm z, imm m} -> Float32:
         return numerics.exp(z.unsafe_load(i) - m)
 
-    var total = canonical_reduce(shifted_exp, V)
-    var loss = Float32(0)
-    if target >= 0:
-        loss = (numerics.log(total) + m) - z.unsafe_load(target)
-    losses.unsafe_store(r, loss)
+    var total = row_reduce[warp](shifted_exp, V, lane)
+    if lane == 0:
+        var loss = Float32(0)
+        if target >= 0:
+            loss = (numerics.log(total) + m) - z.unsafe_load(target)
+        losses.unsafe_store(r, loss)
     if args.given(1):
         var dz = args.f32(1).unsafe_offset(r * V)
-        for i in range(V):
+        for i in range(lane, V, row_stride[warp]()):
             var g = Float32(0)
             if target >= 0:
                 var p = numerics.exp(z.unsafe_load(i) - m) / total
@@ -167,6 +172,35 @@ def column_partial_sums[w: SIMDLength](task: Int, args: Args):
             return x.unsafe_load[width=w]((begin + i) * C + column)
 
         partial.unsafe_store(task, canonical_reduce_lanes[w](values, min(length, R - begin)))
+
+
+def column_partial_sums_warp(task: Int, lane: Int, args: Args):
+    """column_partial_sums[1]'s task on a GPU warp: thread l adds the canonical sum's lane l (the chunk's rows l,
+    l+32, …), then the warp folds the lanes (`row_reduce`). One thread a task read its column's rows one after
+    another, a stride of C floats apart; a warp has 32 of them in flight."""
+    var partial = args.f32(0)
+    var x = args.f32(1)
+    var R = args.size(0)
+    var C = args.size(1)
+    var length = args.size(2)
+    var column = task % C
+    var begin = (task // C) * length
+
+    def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
+        return x.unsafe_load((begin + i) * C + column)
+
+    var total = row_reduce[True](value, min(length, R - begin), lane)
+    if lane == 0:
+        partial.unsafe_store(task, total)
+
+
+def launch_column_partial_sums(dev: DevicePtr, n: Int, args: Args) raises:
+    """Stage 1 over its n (chunk, column) tasks: a GPU warp a task (column_partial_sums_warp), the CPU w columns a
+    call (column_partial_sums[w], through launch_elements). The same sums in the same order either way."""
+    if dev[].is_gpu():
+        launch_grouped[LANES, column_partial_sums_warp, column_partial_sums[1]](dev, n, args)
+    else:
+        launch_elements[column_partial_sums](dev, n, args)
 
 
 comptime COLUMN_SUMS_FINISH = Interface("out partial", "chunks columns accumulate", "")

@@ -539,6 +539,8 @@ def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> t
     ids = np.asarray(ids).reshape(-1).astype(np.int64)
     keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids
     groups = vocab_size if not row_length else -(-ids.size // row_length) * vocab_size
+    if groups <= 65536:  # numpy's stable sort of 8- or 16-bit keys is a radix sort: the same order, in linear time
+        keys = keys.astype(np.uint8 if groups <= 256 else np.uint16)
     order = np.argsort(keys, kind="stable").astype(np.int32)
     offsets = np.zeros(groups + 1, np.int32)
     np.cumsum(np.bincount(keys, minlength=groups), out=offsets[1:])
