@@ -14,9 +14,8 @@ weight gradients, one range per packed row): each range its own chain from +0, t
 ranges then combined by the row tree (kernels/tree_sum.mojo), then C0. Both launchers keep it:
 the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
 kernel gives each thread an 8×8 (large tiles) or 4×8 (small tiles) block of outputs, each its own chain, while the
-block stages k slices of A and B through two shared-memory stages (below); a product
-of few outputs gives each thread one (`gemm_direct`). Tile sizes, slice depth and
-staging are free; the chains and the k ranges are not.
+block stages k slices of A and B through two shared-memory stages (below). Tile
+sizes, slice depth and staging are free; the chains and the k ranges are not.
 
 Layouts (row-major storage): a(m, k) = A[m·K + k], or A[k·M + m] when A is
 stored transposed (K×M); b(k, n) = B[k·N + n], or B[n·K + k] when B is stored
@@ -24,17 +23,14 @@ transposed (N×K). Backward passes need A·B, Aᵀ·B and A·Bᵀ.
 """
 
 from std.collections import Array
-from std.math import fma
 from std.memory import stack_allocation
-from max.gpu import barrier, block_idx, global_idx, thread_idx
+from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.memory import AddressSpace
 from std.os import getenv
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
-from engine.launch import (
-    GPU_BLOCK, Args, DevicePtr, Interface, cpu_parallel_for, gpu_blocks, launch_elements, launch_index,
-)
+from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index
 from engine.target import HAS_ACCELERATOR
 from kernels.tree_sum import tree_sum
 
@@ -289,52 +285,6 @@ def gemm_gpu[
                             out.unsafe_store(m * N + n + j, v)
 
 
-# ---- GPU: few outputs, a thread an output -----------------------------------------------
-# A product of few outputs (the byte LM's default shape: 64 tokens × 32 to 256 columns, k of 32 to 256) is one or
-# a few tiles of the kernel above, whose slices of 8 k each wait for their loads in turn: microseconds of memory
-# latency for a few thousand fmas. Here a thread takes one output of one k range, and loads DIRECT_AHEAD values
-# of a and of b before their fmas (the loads do not depend on the chain, so they are in flight together): the
-# same chain over k, from +0, C0 added once after it.
-
-comptime DIRECT_AHEAD = 16
-comptime DIRECT_MAX_OUTPUTS = 32768  # outputs × k ranges up to which a product runs a thread an output
-
-
-def gemm_direct[transpose_a: Bool, transpose_b: Bool](
-    c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64,
-    chunks64: Int64,
-):
-    """Thread z·M·N + m·N + n: C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, one fma chain over k ascending
-    from +0, C0 added once after it; with several ranges `c` is the partial sums [ranges, M, N] (accumulate 0)."""
-    var M = Int(M64)
-    var N = Int(N64)
-    var K = Int(K64)
-    var index = Int(global_idx.x)
-    if index >= Int(chunks64) * M * N:
-        return
-    var z = index // (M * N)
-    var m = (index // N) % M
-    var n = index % N
-    var k = z * Int(chunk64)
-    var k_end = min(K, k + Int(chunk64))
-    var acc = Float32(0)
-    while k + DIRECT_AHEAD <= k_end:
-        var a_values = SIMD[DType.float32, DIRECT_AHEAD](0)
-        var b_values = SIMD[DType.float32, DIRECT_AHEAD](0)
-        comptime for i in range(DIRECT_AHEAD):
-            a_values[i] = a.unsafe_load(a_index[transpose_a](m, k + i, M, K))
-            b_values[i] = b.unsafe_load(b_index[transpose_b](k + i, n, K, N))
-        comptime for i in range(DIRECT_AHEAD):
-            acc = fma(a_values[i], b_values[i], acc)
-        k += DIRECT_AHEAD
-    while k < k_end:
-        acc = fma(a.unsafe_load(a_index[transpose_a](m, k, M, K)), b.unsafe_load(b_index[transpose_b](k, n, K, N)), acc)
-        k += 1
-    if accumulate != 0:
-        acc = c.unsafe_load(index) + acc
-    c.unsafe_store(index, acc)
-
-
 # ---- CPU: 6×16 register blocks over a packed 16-column panel of B ------------------------
 # A task packs one 16-column panel of op(B) and walks a run of rows of C over it, six rows at a
 # time: twelve accumulators of 8 lanes (with the two panel rows and the broadcast of a, 15 of the 16
@@ -548,15 +498,13 @@ comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), sli
 comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
 comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
-comptime DIRECT = 4  # a thread an output (gemm_direct)
 
 
 def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
-    """The GPU tiling for an M×N output in `chunks` k ranges: DIRECT up to DIRECT_MAX_OUTPUTS outputs of all the
-    ranges; large tiles when the launch has at least LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ,
-    the fastest there on the encoder's shapes; LARGE, whose slices are half as deep, for the others), else SMALL.
-    UFORM_GEMM_TILE = large, large-k16, small, small-8x8 or direct forces one (for tests and tuning: the tiling never
-    changes a bit)."""
+    """The GPU tiling for an M×N output in `chunks` k ranges: large tiles when the launch has at least
+    LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ, the fastest there on the encoder's shapes;
+    LARGE, whose slices are half as deep, for the others), else SMALL. UFORM_GEMM_TILE = large, large-k16,
+    small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -566,10 +514,6 @@ def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
         return SMALL
     if forced == "small-8x8":
         return SMALL_8X8
-    if forced == "direct":
-        return DIRECT
-    if M * N * chunks <= DIRECT_MAX_OUTPUTS:
-        return DIRECT
     if large_tiles(M, N) * chunks < LARGE_TILE_MIN_BLOCKS:
         return SMALL
     return LARGE_K16 if transpose_b else LARGE
@@ -620,11 +564,6 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
                 launch_gemm[transpose_a, transpose_b, 128, 8, 16, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == SMALL:
                 launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
-            elif tiling == DIRECT:
-                dev[].ctx().enqueue_function[gemm_direct[transpose_a, transpose_b]](
-                    target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), Int64(chunks),
-                    grid_dim=gpu_blocks(chunks * M * N), block_dim=GPU_BLOCK,
-                )
             else:
                 launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections import defaultdict
 
@@ -536,8 +537,8 @@ def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int, *, ro
 def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Tokens grouped by id for the backward: a stable order and CSR offsets (int32); with row_length, grouped
     by (packed row of row_length tokens, id), offsets over rows × vocab_size groups."""
-    ids = np.asarray(ids).reshape(-1).astype(np.int64)
-    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids
+    ids = np.asarray(ids).reshape(-1)
+    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids.astype(np.int64)
     groups = vocab_size if not row_length else -(-ids.size // row_length) * vocab_size
     if groups <= 65536:  # numpy's stable sort of 8- or 16-bit keys is a radix sort: the same order, in linear time
         keys = keys.astype(np.uint8 if groups <= 256 else np.uint16)
@@ -635,7 +636,7 @@ def adamw_step_scalars(*, step: int, lr: float, betas: tuple[float, float], weig
     if step < 1:
         raise ValueError(f"AdamW step counts from 1, got {step}")
     beta1, beta2 = betas
-    return np.array([lr / (1.0 - beta1 ** step), np.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
+    return np.array([lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
 
 
 def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,

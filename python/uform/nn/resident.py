@@ -256,5 +256,5 @@ class ResidentState:
         """AdamW's scalars of `step` at `lr` for the update update_launches recorded, [2, 3] float32: a row for the
         runs that decay, a row for the rest (``kernels.adamw_step_scalars``)."""
         hyper = self.optimizer
-        return np.stack([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
+        return np.array([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
                          for decay in (hyper.weight_decay, 0.0)])
