@@ -93,9 +93,9 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
 
 @pytest.mark.parametrize("vocab", [5, 40, 256])
 def test_cross_entropy_bits_match_cpu_on_special_logits(vocab):
-    """A GPU warp takes a row's maximum in 32 lanes (engine.reduction.row_max_of), the CPU one logit after another:
-    a NaN first or later, infinities, a row of −∞, ties of +0 and −0 at the maximum, and ordinary rows give the same
-    losses and gradients (bit for bit, a NaN matching a NaN: x86 and CUDA write different NaN bits)."""
+    """A GPU warp takes a row's maximum in 32 lanes (engine.reduction.row_max_of), the CPU one logit after
+    another: a NaN first or later, infinities, a row of −∞, ties of +0 and −0 at the maximum, and ordinary rows
+    give the same losses and gradients (bit for bit, a NaN matching a NaN: x86 and CUDA write different NaNs)."""
     rng = np.random.default_rng(vocab)
     z = (3 * rng.standard_normal((12, vocab))).astype(np.float32)
     z[0, 0] = np.nan

@@ -51,14 +51,14 @@ class StepUpload:
             self.views[name] = self.buffer.view(start, shape, dtype)
             self._host[name] = self.host[start:start + size].view(dtype).reshape(shape)
             start += size
-        self._rows = (batch, length)
+        self._rows, self._vocabulary = (batch, length), vocabulary
 
     def write(self, ids: np.ndarray, scalars: np.ndarray) -> None:
         """The parts of a step on ids (B, T + 1) with AdamW's `scalars`, in one upload."""
         part = self._host
         part["ids"].reshape(self._rows)[:] = ids[:, :-1]
         part["targets"].reshape(self._rows)[:] = ids[:, 1:]
-        part["order"][:], part["offsets"][:] = K.embedding_groups(ids[:, :-1], part["offsets"].size - 1)
+        part["order"][:], part["offsets"][:] = K.embedding_groups(ids[:, :-1], self._vocabulary)
         part["scalars"][:] = scalars
         self.buffer.write(self.host)
 
