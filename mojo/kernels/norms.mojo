@@ -1,6 +1,6 @@
 """Row kernels: RMSNorm, softmax, cross-entropy, and column sums (one body per row or column).
 
-RMSNorm over a row x of width W with gain w:
+RMSNorm over a row x of width W with gain w (x = the residual sum x + residual, when one is given):
     r = 1/√(Σx²/W + ε)            y = x·r·w
     backward, with ĝ = dy·w:      dx = r·(ĝ − x·r²·Σ(ĝ·x)/W)      dw = Σ_rows dy·x·r
 Softmax over a row:
@@ -23,16 +23,25 @@ from engine import numerics
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
 
 
-comptime RMSNORM_FORWARD = Interface("y rstd x weight", "width", "eps")
+comptime RMSNORM_FORWARD = Interface("y rstd x weight residual h", "width", "eps")
 
 
 def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
+    """With a residual (optional), the norm of h = x + residual, which h keeps: the residual add and the norm in
+    one pass, each sum computed as `add` computes it. Each caller writes the columns of h it reads back (lane l:
+    l, l+32, …), so no thread reads another's store."""
     var W = args.size(0)
     var y = args.f32(0).unsafe_offset(r * W)
     var rstd_out = args.f32(1)
     var x = args.f32(2).unsafe_offset(r * W)
     var w = args.f32(3)
     var eps = args.scalar(0)
+    if args.given(4):
+        var residual = args.f32(4).unsafe_offset(r * W)
+        var h = args.f32(5).unsafe_offset(r * W)
+        for i in range(lane, W, row_stride[warp]()):
+            h.unsafe_store(i, x.unsafe_load(i) + residual.unsafe_load(i))
+        x = h
 
     def square(i: Int) {imm x} -> Float32:
         var v = x.unsafe_load(i)
@@ -45,13 +54,15 @@ def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
         y.unsafe_store(i, (x.unsafe_load(i) * rstd) * w.unsafe_load(i))
 
 
-comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width", "")
+comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width accumulate", "")
 
 
 def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
     """dweight_rows = dy·x·r per row, summed over rows by the column sums. dx may be dy (in place): each
-    column is read before it is written, by the thread that writes it."""
+    column is read before it is written, by the thread that writes it. With accumulate, dx = dx + the norm's dx
+    (the residual stream's gradient taking the norm's: `add`'s sum, in the same pass)."""
     var W = args.size(0)
+    var accumulate = args.flag(1)
     var dx = args.f32(0).unsafe_offset(r * W)
     var dw_rows = args.f32(1).unsafe_offset(r * W)
     var dy = args.f32(2).unsafe_offset(r * W)
@@ -67,7 +78,10 @@ def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
     for i in range(lane, W, row_stride[warp]()):
         var xi = x.unsafe_load(i)
         var gi = dy.unsafe_load(i)
-        dx.unsafe_store(i, rstd * (gi * w.unsafe_load(i) - xi * coefficient))
+        var value = rstd * (gi * w.unsafe_load(i) - xi * coefficient)
+        if accumulate:
+            value = dx.unsafe_load(i) + value
+        dx.unsafe_store(i, value)
         dw_rows.unsafe_store(i, gi * (xi * rstd))
 
 

@@ -281,25 +281,36 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
 
 # ---- rows ------------------------------------------------------------------------------------
 
-def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float) -> None:
-    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…)."""
+def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
+                    h: Buffer | None = None) -> None:
+    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…). With a residual, the
+    norm of h = x + residual, written to h in the same pass: the bits of ``add(h, x, residual)`` then the norm
+    of h."""
     width = weight.size
     rows = x.size // width
     _expect(x, "x", rows * width)
     _expect(y, "y", rows * width)
     _expect(rstd, "rstd", rows)
-    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, width=width, eps=eps)
+    if (residual is None) != (h is None):
+        raise ValueError("rmsnorm_forward takes residual and h together")
+    if residual is not None:
+        _expect(residual, "residual", rows * width)
+        _expect(h, "h", rows * width)
+    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, residual=residual, h=h, width=width,
+            eps=eps)
 
 
-def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer) -> None:
-    """dx of RMSNorm, and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
+def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer, *,
+                     accumulate: bool = False) -> None:
+    """dx of RMSNorm (accumulate: dx += it, in the same pass: the bits of the norm's dx, then ``add(dx, dx, ·)``),
+    and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
     width = weight.size
     rows = x.size // width
     for name, buffer in (("dx", dx), ("dweight_rows", dweight_rows), ("dy", dy)):
         _expect(buffer, name, rows * width)
     _expect(rstd, "rstd", rows)
     _launch("rmsnorm_backward", rows, dx=dx, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight, rstd=rstd,
-            width=width)
+            width=width, accumulate=accumulate)
 
 
 def rmsnorm_bf16(y16: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
