@@ -42,13 +42,18 @@ def device_free(py_self: PythonObject, address: PythonObject) raises -> PythonOb
     return PythonObject(None)
 
 
-def device_upload(py_self: PythonObject, address: PythonObject, host: PythonObject, size: PythonObject) raises -> PythonObject:
-    device_of(py_self)[].upload(Int(py=address), Int(py=host), Int(py=size))
+def device_upload(
+    py_self: PythonObject, address: PythonObject, offset: PythonObject, host: PythonObject, size: PythonObject
+) raises -> PythonObject:
+    """Host bytes into the allocation at `address`, from its byte `offset` (a view's)."""
+    device_of(py_self)[].upload(Int(py=address), Int(py=offset), Int(py=host), Int(py=size))
     return PythonObject(None)
 
 
-def device_download(py_self: PythonObject, host: PythonObject, address: PythonObject, size: PythonObject) raises -> PythonObject:
-    device_of(py_self)[].download(Int(py=host), Int(py=address), Int(py=size))
+def device_download(
+    py_self: PythonObject, host: PythonObject, address: PythonObject, offset: PythonObject, size: PythonObject
+) raises -> PythonObject:
+    device_of(py_self)[].download(Int(py=host), Int(py=address), Int(py=offset), Int(py=size))
     return PythonObject(None)
 
 
@@ -378,8 +383,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         rows_of[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
-        index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
-        elements[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
+        rows_of[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
+        register[norms.launch_column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
         elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")
@@ -398,7 +403,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         )
         lanes[rotary.PAIRS_PER_TASK, rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
-        index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
+        rows_of[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[embedding.embedding_chunk_sums](m, k, "embedding_chunk_sums", embedding.EMBEDDING_CHUNK_SUMS)
         index[embedding.embedding_chunks_finish](m, k, "embedding_chunks_finish", embedding.EMBEDDING_CHUNKS_FINISH)

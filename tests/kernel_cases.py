@@ -97,6 +97,30 @@ def case_rmsnorm(device: uform.Device, seed: int, rows: int, width: int):
             "dx": (dx.numpy(), ref_dx, 2e-6), "dw": (dw.numpy(), ref_dw, 1e-6 * np.sqrt(rows))}
 
 
+def case_rmsnorm_fused(device: uform.Device, seed: int, rows: int, width: int):
+    """RMSNorm with the residual add in its pass (rmsnorm_forward's residual and h) and its backward added into
+    the residual stream's gradient (rmsnorm_backward's accumulate) give the bits of the unfused chains: add then
+    the norm; the norm's dx then add (tolerance 0 against the chains' values)."""
+    rng = rng_for(seed)
+    shape = (rows, width)
+    x, residual, dy, dh = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    w = (1 + 0.1 * rng.standard_normal(width)).astype(np.float32)
+    xb, rb, wb, dyb = device.put(x), device.put(residual), device.put(w), device.put(dy)
+    h, y, rstd = device.empty(shape), device.empty(shape), device.empty(rows)
+    K.add(h, xb, rb)
+    K.rmsnorm_forward(y, rstd, h, wb, 1e-5)
+    fused_h, fused_y, fused_rstd = device.empty(shape), device.empty(shape), device.empty(rows)
+    K.rmsnorm_forward(fused_y, fused_rstd, xb, wb, 1e-5, residual=rb, h=fused_h)
+    dx, dw_rows, total = device.empty(shape), device.empty(shape), device.put(dh)
+    K.rmsnorm_backward(dx, dw_rows, dyb, h, wb, rstd)
+    K.add(total, total, dx)
+    fused_dh, fused_dw_rows = device.put(dh), device.empty(shape)
+    K.rmsnorm_backward(fused_dh, fused_dw_rows, dyb, h, wb, rstd, accumulate=True)
+    return {"h": (fused_h.numpy(), f64(h.numpy()), 0.0), "y": (fused_y.numpy(), f64(y.numpy()), 0.0),
+            "rstd": (fused_rstd.numpy(), f64(rstd.numpy()), 0.0), "dh": (fused_dh.numpy(), f64(total.numpy()), 0.0),
+            "dw_rows": (fused_dw_rows.numpy(), f64(dw_rows.numpy()), 0.0)}
+
+
 def case_softmax(device: uform.Device, seed: int, rows: int, width: int):
     rng = rng_for(seed)
     x = (3 * rng.standard_normal((rows, width))).astype(np.float32)
@@ -628,6 +652,7 @@ def all_cases():
     for rows, width in ROW_SHAPES:
         # width 1 makes the RMSNorm gradient pure cancellation (x²r² = 1 − ε): its row starts at 3
         cases.append((f"rmsnorm-{rows}x{max(width, 3)}", case_rmsnorm, dict(rows=rows, width=max(width, 3))))
+        cases.append((f"rmsnorm_fused-{rows}x{width}", case_rmsnorm_fused, dict(rows=rows, width=width)))
         cases.append((f"softmax-{rows}x{width}", case_softmax, dict(rows=rows, width=width)))
         cases.append((f"cross_entropy-{rows}x{width}", case_cross_entropy, dict(rows=rows, vocab=width)))
     for b, t, h, kv, d in ATTENTION_SHAPES:

@@ -48,7 +48,7 @@ def test_portable_math_bits_match_cpu(op):
 GEMM_CASES = [c for c in all_cases() if c[0].startswith("gemm-")]
 
 
-TILINGS = ["large", "large-k16", "small", "small-8x8"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
+TILINGS = ["large", "large-k16", "small", "small-8x8", "tiny"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
 
 
 @pytest.mark.parametrize("tile", TILINGS)
@@ -131,6 +131,33 @@ def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
     assert np.array_equal(np.isnan(fused), np.isnan(expected))
     finite = ~np.isnan(expected)
     assert np.array_equal(fused[finite].view(np.uint32), expected[finite].view(np.uint32))
+
+
+@pytest.mark.parametrize("vocab", [5, 40, 256])
+def test_cross_entropy_bits_match_cpu_on_special_logits(vocab):
+    """A GPU warp takes a row's maximum in 32 lanes (engine.reduction.row_max_of), the CPU one logit after
+    another: a NaN first or later, infinities, a row of −∞, ties of +0 and −0 at the maximum, and ordinary rows
+    give the same losses and gradients (bit for bit, a NaN matching a NaN: x86 and CUDA write different NaNs)."""
+    rng = np.random.default_rng(vocab)
+    z = (3 * rng.standard_normal((12, vocab))).astype(np.float32)
+    z[0, 0] = np.nan
+    z[1, vocab - 1] = np.nan
+    z[2, :] = -np.inf
+    z[3, vocab // 2] = np.inf
+    z[4, :] = -1.0
+    z[4, vocab - 1], z[4, min(1, vocab - 1)] = 0.0, -0.0
+    z[5, :] = -np.abs(z[5, :])
+    z[5, 0], z[5, vocab - 1] = -0.0, 0.0
+    targets = rng.integers(0, vocab, 12).astype(np.int32)
+    targets[6] = -1
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        losses, dz = device.empty(12), device.empty(z.shape)
+        K.cross_entropy(losses, dz, device.put(z), device.put(targets), grad_scale=0.25)
+        results.append((losses.numpy(), dz.numpy()))
+    for cpu, gpu in zip(*results):
+        nan = np.isnan(cpu)
+        assert np.array_equal(nan, np.isnan(gpu)) and same_bits(cpu[~nan], gpu[~nan])
 
 
 @pytest.mark.parametrize("shape", [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections import defaultdict
 
@@ -289,25 +290,36 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
 
 # ---- rows ------------------------------------------------------------------------------------
 
-def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float) -> None:
-    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…)."""
+def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
+                    h: Buffer | None = None) -> None:
+    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…). With a residual, the
+    norm of h = x + residual, written to h in the same pass: the bits of ``add(h, x, residual)`` then the norm
+    of h."""
     width = weight.size
     rows = x.size // width
     _expect(x, "x", rows * width)
     _expect(y, "y", rows * width)
     _expect(rstd, "rstd", rows)
-    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, width=width, eps=eps)
+    if (residual is None) != (h is None):
+        raise ValueError("rmsnorm_forward takes residual and h together")
+    if residual is not None:
+        _expect(residual, "residual", rows * width)
+        _expect(h, "h", rows * width)
+    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, residual=residual, h=h, width=width,
+            eps=eps)
 
 
-def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer) -> None:
-    """dx of RMSNorm, and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
+def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer, *,
+                     accumulate: bool = False) -> None:
+    """dx of RMSNorm (accumulate: dx += it, in the same pass: the bits of the norm's dx, then ``add(dx, dx, ·)``),
+    and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
     width = weight.size
     rows = x.size // width
     for name, buffer in (("dx", dx), ("dweight_rows", dweight_rows), ("dy", dy)):
         _expect(buffer, name, rows * width)
     _expect(rstd, "rstd", rows)
     _launch("rmsnorm_backward", rows, dx=dx, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight, rstd=rstd,
-            width=width)
+            width=width, accumulate=accumulate)
 
 
 def rmsnorm_bf16(y16: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
@@ -545,9 +557,11 @@ def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int, *, ro
 def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Tokens grouped by id for the backward: a stable order and CSR offsets (int32); with row_length, grouped
     by (packed row of row_length tokens, id), offsets over rows × vocab_size groups."""
-    ids = np.asarray(ids).reshape(-1).astype(np.int64)
-    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids
+    ids = np.asarray(ids).reshape(-1)
+    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids.astype(np.int64)
     groups = vocab_size if not row_length else -(-ids.size // row_length) * vocab_size
+    if groups <= 65536:  # numpy's stable sort of 8- or 16-bit keys is a radix sort: the same order, in linear time
+        keys = keys.astype(np.uint8 if groups <= 256 else np.uint16)
     order = np.argsort(keys, kind="stable").astype(np.int32)
     offsets = np.zeros(groups + 1, np.int32)
     np.cumsum(np.bincount(keys, minlength=groups), out=offsets[1:])
@@ -642,7 +656,7 @@ def adamw_step_scalars(*, step: int, lr: float, betas: tuple[float, float], weig
     if step < 1:
         raise ValueError(f"AdamW step counts from 1, got {step}")
     beta1, beta2 = betas
-    return np.array([lr / (1.0 - beta1 ** step), np.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
+    return np.array([lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
 
 
 def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,
