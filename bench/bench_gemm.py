@@ -90,10 +90,12 @@ def exact_rows(shapes):
             return lambda: K.gemm_exact(cb, ab, bb, m, n, k, transpose_a=transpose_a, residues=residues)
 
         residues = median_seconds(exact(True), device.synchronize, repeats=5)
+        residue_bits = cb.numpy().view(np.uint32).copy()
+        fused = median_seconds(exact("fused"), device.synchronize, repeats=5)
         row = {"device": "gpu", "mode": "exact", "m": m, "n": n, "k": k, "transpose_a": transpose_a,
-               "exact_residues_tflops": round(flops / residues, 2)}
+               "exact_residues_tflops": round(flops / residues, 2), "exact_fused_tflops": round(flops / fused, 2),
+               "fused_same_bits": bool(np.array_equal(residue_bits, cb.numpy().view(np.uint32)))}
         if 2 * m * n * k <= LIMB_FORM_MAX_FLOPS:
-            residue_bits = cb.numpy().view(np.uint32).copy()
             row["exact_limbs_tflops"] = round(flops / median_seconds(exact(False), device.synchronize, warmup=1,
                                                                      repeats=3), 2)
             row["forms_same_bits"] = bool(np.array_equal(residue_bits, cb.numpy().view(np.uint32)))
@@ -103,7 +105,7 @@ def exact_rows(shapes):
         torch_a = ta.T if transpose_a else ta
         theirs = median_seconds(lambda: torch.matmul(torch_a, tb), torch.cuda.synchronize, repeats=5)
         row.update({"uform_fma_tflops": round(flops / fma, 2), "torch_fp32_tflops": round(flops / theirs, 2),
-                    "ratio": round(theirs / residues, 3)})
+                    "ratio": round(theirs / residues, 3), "fused_ratio": round(theirs / fused, 3)})
         rows.append(row)
         del ab, bb, cb, ta, tb, torch_a
     return rows

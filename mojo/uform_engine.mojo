@@ -42,13 +42,18 @@ def device_free(py_self: PythonObject, address: PythonObject) raises -> PythonOb
     return PythonObject(None)
 
 
-def device_upload(py_self: PythonObject, address: PythonObject, host: PythonObject, size: PythonObject) raises -> PythonObject:
-    device_of(py_self)[].upload(Int(py=address), Int(py=host), Int(py=size))
+def device_upload(
+    py_self: PythonObject, address: PythonObject, offset: PythonObject, host: PythonObject, size: PythonObject
+) raises -> PythonObject:
+    """Host bytes into the allocation at `address`, from its byte `offset` (a view's)."""
+    device_of(py_self)[].upload(Int(py=address), Int(py=offset), Int(py=host), Int(py=size))
     return PythonObject(None)
 
 
-def device_download(py_self: PythonObject, host: PythonObject, address: PythonObject, size: PythonObject) raises -> PythonObject:
-    device_of(py_self)[].download(Int(py=host), Int(py=address), Int(py=size))
+def device_download(
+    py_self: PythonObject, host: PythonObject, address: PythonObject, offset: PythonObject, size: PythonObject
+) raises -> PythonObject:
+    device_of(py_self)[].download(Int(py=host), Int(py=address), Int(py=offset), Int(py=size))
     return PythonObject(None)
 
 
@@ -255,17 +260,28 @@ def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, 
                                                                 p.workspace)
 
 
+def exact_fused_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The exact GEMM's fused tensor-core form (kernels/gemm_exact.mojo, exact_fused_tile): the residue form with
+    its plane products and reconstruction in the fused GPU kernel, k split into p.range_length ranges (0: the
+    kernel's choice); on the CPU the unfused residue form."""
+    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](dev, p.c, p.a, p.b, p.M, p.N, p.K,
+                                                                            p.accumulate, p.workspace, p.range_length)
+
+
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
     """Bytes of the workspace a fast M×N×K product needs for its operands' bf16 copies."""
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject, gpu: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in either form."""
+def gemm_exact_workspace(
+    M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, gpu: PythonObject
+) raises -> PythonObject:
+    """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in any form (the fused one's k in
+    `splits` ranges, 0 its own choice)."""
     var m = Int(py=M)
     var n = Int(py=N)
     var k = Int(py=K)
-    var residues = gemm_exact.residue_workspace_bytes(m, n, k, Bool(py=gpu))
+    var residues = gemm_exact.residue_workspace_bytes(m, n, k, Int(py=splits), Bool(py=gpu))
     return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), residues))
 
 
@@ -349,6 +365,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
+        m.def_function[product[exact_fused_product]]("gemm_exact_fused")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
         m.def_function[product[fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
@@ -368,8 +385,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         rows_of[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
-        index[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
-        elements[norms.column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
+        rows_of[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
+        register[norms.launch_column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
         elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
         teams[attention.attention_forward](m, k, "attention_forward")
@@ -388,7 +405,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         )
         lanes[rotary.PAIRS_PER_TASK, rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
-        index[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
+        rows_of[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[embedding.embedding_chunk_sums](m, k, "embedding_chunk_sums", embedding.EMBEDDING_CHUNK_SUMS)
         index[embedding.embedding_chunks_finish](m, k, "embedding_chunks_finish", embedding.EMBEDDING_CHUNKS_FINISH)

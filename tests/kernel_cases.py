@@ -97,6 +97,30 @@ def case_rmsnorm(device: uform.Device, seed: int, rows: int, width: int):
             "dx": (dx.numpy(), ref_dx, 2e-6), "dw": (dw.numpy(), ref_dw, 1e-6 * np.sqrt(rows))}
 
 
+def case_rmsnorm_fused(device: uform.Device, seed: int, rows: int, width: int):
+    """RMSNorm with the residual add in its pass (rmsnorm_forward's residual and h) and its backward added into
+    the residual stream's gradient (rmsnorm_backward's accumulate) give the bits of the unfused chains: add then
+    the norm; the norm's dx then add (tolerance 0 against the chains' values)."""
+    rng = rng_for(seed)
+    shape = (rows, width)
+    x, residual, dy, dh = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    w = (1 + 0.1 * rng.standard_normal(width)).astype(np.float32)
+    xb, rb, wb, dyb = device.put(x), device.put(residual), device.put(w), device.put(dy)
+    h, y, rstd = device.empty(shape), device.empty(shape), device.empty(rows)
+    K.add(h, xb, rb)
+    K.rmsnorm_forward(y, rstd, h, wb, 1e-5)
+    fused_h, fused_y, fused_rstd = device.empty(shape), device.empty(shape), device.empty(rows)
+    K.rmsnorm_forward(fused_y, fused_rstd, xb, wb, 1e-5, residual=rb, h=fused_h)
+    dx, dw_rows, total = device.empty(shape), device.empty(shape), device.put(dh)
+    K.rmsnorm_backward(dx, dw_rows, dyb, h, wb, rstd)
+    K.add(total, total, dx)
+    fused_dh, fused_dw_rows = device.put(dh), device.empty(shape)
+    K.rmsnorm_backward(fused_dh, fused_dw_rows, dyb, h, wb, rstd, accumulate=True)
+    return {"h": (fused_h.numpy(), f64(h.numpy()), 0.0), "y": (fused_y.numpy(), f64(y.numpy()), 0.0),
+            "rstd": (fused_rstd.numpy(), f64(rstd.numpy()), 0.0), "dh": (fused_dh.numpy(), f64(total.numpy()), 0.0),
+            "dw_rows": (fused_dw_rows.numpy(), f64(dw_rows.numpy()), 0.0)}
+
+
 def case_softmax(device: uform.Device, seed: int, rows: int, width: int):
     rng = rng_for(seed)
     x = (3 * rng.standard_normal((rows, width))).astype(np.float32)
@@ -227,8 +251,9 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
 
 
 def case_gemm_exact(device: uform.Device, seed: int, m: int, n: int, k: int, transpose_a: bool = False,
-                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0, residues: bool = False):
-    """The exact GEMM (its limb form, or with `residues` its residue form) against its definition
+                    transpose_b: bool = False, accumulate: bool = False, spread: float = 1.0,
+                    residues: bool | str = False):
+    """The exact GEMM (its limb form, or with `residues` its residue form, or its fused form) against its definition
     (uform.reference.exact_gemm): equal values, a relative error of 0 (tests/test_kernels.py compares their
     bits). Values of a wide range (GEMMul8's draws), a zero row, a zero column, and subnormal inputs."""
     rng = rng_for(seed)
@@ -627,6 +652,7 @@ def all_cases():
     for rows, width in ROW_SHAPES:
         # width 1 makes the RMSNorm gradient pure cancellation (x²r² = 1 − ε): its row starts at 3
         cases.append((f"rmsnorm-{rows}x{max(width, 3)}", case_rmsnorm, dict(rows=rows, width=max(width, 3))))
+        cases.append((f"rmsnorm_fused-{rows}x{width}", case_rmsnorm_fused, dict(rows=rows, width=width)))
         cases.append((f"softmax-{rows}x{width}", case_softmax, dict(rows=rows, width=width)))
         cases.append((f"cross_entropy-{rows}x{width}", case_cross_entropy, dict(rows=rows, vocab=width)))
     for b, t, h, kv, d in ATTENTION_SHAPES:
@@ -648,10 +674,15 @@ def all_cases():
                                          (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
                                          (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0),
                                          (13, 35, 1100, True, False, True, 1.0), (50, 20, 600, False, True, False, 2.0)):
-        for residues in (False, True):
-            cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-residues{int(residues)}",
+        for residues in (False, True, "fused"):
+            form = "fused" if residues == "fused" else f"residues{int(residues)}"
+            cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-{form}",
                           case_gemm_exact, dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc,
                                                 spread=spread, residues=residues)))
+    for m, n, k, ta, tb, acc in ((130, 257, 100, False, False, True), (257, 129, 40, True, False, False),
+                                 (129, 200, 77, False, True, True)):  # past the fused kernel's 128 × 128 tile
+        cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-fused", case_gemm_exact,
+                      dict(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, accumulate=acc, residues="fused")))
     for count, offset in ((1, 0), (7, 0), (8, 0), (1000, 0), (1000, 3), (4099, 8)):
         cases.append((f"cast_bf16-{count}+{offset}", case_cast_bf16, dict(count=count, offset=offset)))
     for rows, width, offset in ((1, 3, 0), (5, 40, 3), (17, 768, 0), (9, 200, 5), (3, 1100, 1)):

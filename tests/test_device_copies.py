@@ -38,6 +38,21 @@ def test_each_kernel_reads_the_values_written_before_it(device):
         np.testing.assert_array_equal(y.numpy(), expected)
 
 
+def test_copies_reach_any_view_and_a_view_may_read_another_dtype(device):
+    """A write or a read of a view past its allocation's start copies exactly its elements, and a view may read
+    its elements as another dtype of their size (a language-model step uploads its ids, targets, grouping and
+    float32 AdamW scalars as views of one int32 allocation)."""
+    whole = device.put(np.arange(20, dtype=np.int32))
+    whole.view(5, 4).write(np.array([-1, -2, -3, -4], np.int32))
+    np.testing.assert_array_equal(whole.view(3, 8).numpy(), [3, 4, -1, -2, -3, -4, 9, 10])
+    scalars = np.array([[1.5, -2.0], [np.inf, 0.25]], np.float32)
+    whole.view(12, (2, 2), np.float32).write(scalars)
+    np.testing.assert_array_equal(whole.numpy()[12:16].view(np.float32).reshape(2, 2), scalars)
+    np.testing.assert_array_equal(whole.numpy()[:12], [0, 1, 2, 3, 4, -1, -2, -3, -4, 9, 10, 11])
+    with pytest.raises(ValueError, match="sizes differ"):
+        whole.view(0, 4, np.uint16)
+
+
 def test_work_before_waiting_runs_once_before_the_next_wait(device):
     """`Device.before_waiting` runs just before the next read-back or synchronize blocks, once, then is cleared."""
     ran = []

@@ -48,7 +48,7 @@ def test_portable_math_bits_match_cpu(op):
 GEMM_CASES = [c for c in all_cases() if c[0].startswith("gemm-")]
 
 
-TILINGS = ["large", "large-k16", "small", "small-8x8"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
+TILINGS = ["large", "large-k16", "small", "small-8x8", "tiny"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
 
 
 @pytest.mark.parametrize("tile", TILINGS)
@@ -89,6 +89,75 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
                accumulate=accumulate)
         results.append(c.numpy())
     assert same_bits(*results)
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (130, 257, 100, False, False, True),
+                                              (257, 130, 300, True, False, True), (129, 200, 77, False, True, False),
+                                              (520, 390, 768, False, True, True), (133, 9, 70000, False, False, True),
+                                              (20, 131, 140000, True, False, False)])
+def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
+    """The fused exact GEMM (wgmma over the moduli, the reconstruction in its epilogue; k in one range, in two, or
+    as the kernel chooses: the splits' residues summed by a second kernel) equals the unfused residue form on the
+    GPU bit for bit, and both the definition
+    (uform.reference.exact_gemm; NaN where a row or column holds an infinity or a NaN): shapes that are not
+    multiples of the tile, every layout, accumulate, a zero row and column, k past one int32 chunk (2^16; 12
+    moduli), infinities and NaNs."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(m * n + k)
+    a = ((rng.random((m, k)) - 0.5) * np.exp(2 * rng.standard_normal((m, k)))).astype(np.float32)
+    b = ((rng.random((k, n)) - 0.5) * np.exp(2 * rng.standard_normal((k, n)))).astype(np.float32)
+    a[m // 2] = 0.0
+    b[:, n // 2] = 0.0
+    if m > 2 and n > 2:
+        a[m - 1, k // 3], b[k - 1, 1] = np.inf, np.nan
+    c0 = np.random.default_rng(k).standard_normal((m, n)).astype(np.float32)
+    stored_a = np.ascontiguousarray(a.T) if ta else a
+    stored_b = np.ascontiguousarray(b.T) if tb else b
+    device = uform.Device.gpu(0)
+    results = []
+    for residues, splits in ((True, 0), ("fused", 0), ("fused", 1), ("fused", 2)):
+        c = device.put(c0)
+        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
+                     accumulate=acc, residues=residues, splits=splits)
+        results.append(c.numpy())
+    unfused, fused = results[0], results[1]
+    for splits, result in zip((0, 1, 2), results[1:]):
+        differing = int(np.count_nonzero(unfused.view(np.uint32) != result.view(np.uint32)))
+        assert same_bits(unfused, result), f"splits={splits}: {differing} of {result.size} outputs differ"
+    expected = exact_gemm.exact_gemm(a, b)
+    if acc:
+        expected = c0 + expected  # one float32 addition
+    assert np.array_equal(np.isnan(fused), np.isnan(expected))
+    finite = ~np.isnan(expected)
+    assert np.array_equal(fused[finite].view(np.uint32), expected[finite].view(np.uint32))
+
+
+@pytest.mark.parametrize("vocab", [5, 40, 256])
+def test_cross_entropy_bits_match_cpu_on_special_logits(vocab):
+    """A GPU warp takes a row's maximum in 32 lanes (engine.reduction.row_max_of), the CPU one logit after
+    another: a NaN first or later, infinities, a row of −∞, ties of +0 and −0 at the maximum, and ordinary rows
+    give the same losses and gradients (bit for bit, a NaN matching a NaN: x86 and CUDA write different NaNs)."""
+    rng = np.random.default_rng(vocab)
+    z = (3 * rng.standard_normal((12, vocab))).astype(np.float32)
+    z[0, 0] = np.nan
+    z[1, vocab - 1] = np.nan
+    z[2, :] = -np.inf
+    z[3, vocab // 2] = np.inf
+    z[4, :] = -1.0
+    z[4, vocab - 1], z[4, min(1, vocab - 1)] = 0.0, -0.0
+    z[5, :] = -np.abs(z[5, :])
+    z[5, 0], z[5, vocab - 1] = -0.0, 0.0
+    targets = rng.integers(0, vocab, 12).astype(np.int32)
+    targets[6] = -1
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        losses, dz = device.empty(12), device.empty(z.shape)
+        K.cross_entropy(losses, dz, device.put(z), device.put(targets), grad_scale=0.25)
+        results.append((losses.numpy(), dz.numpy()))
+    for cpu, gpu in zip(*results):
+        nan = np.isnan(cpu)
+        assert np.array_equal(nan, np.isnan(gpu)) and same_bits(cpu[~nan], gpu[~nan])
 
 
 @pytest.mark.parametrize("shape", [

@@ -58,6 +58,10 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
     with pytest.raises(ValueError, match="k up to"):
         K.gemm_exact(device.empty((1, 1)), device.empty(K.EXACT_GEMM_MAX_K + 1), device.empty(K.EXACT_GEMM_MAX_K + 1),
                      1, 1, K.EXACT_GEMM_MAX_K + 1)
+    with pytest.raises(ValueError, match="residues must be False, True or 'fused'"):
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues="unfused")
+    with pytest.raises(ValueError, match="splits must be an int >= 0, got -1"):
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues="fused", splits=-1)
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (7, 5, 33, False, False, True),
@@ -68,9 +72,10 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
                                               (50, 20, 600, False, True, False), (200, 17, 530, False, False, True),
                                               (9, 40, 66000, True, False, False)])
 def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
-    """The tensor-core form (residues modulo the primes, the weighted-sum reconstruction) equals the limb form bit for
-    bit, k past one int32 chunk (2^16) included, NaN lines too; on the CPU, shapes past the plane products' tiles
-    (6 rows, 16 columns, blocks of 512 k, runs of rows) and both transposes."""
+    """The tensor-core forms (residues modulo the primes, the weighted-sum reconstruction; unfused, and fused into
+    one kernel on a GPU) equal the limb form bit for bit, k past one int32 chunk (2^16) included, NaN lines too; on
+    the CPU, which runs its own residue form for both, shapes past its plane products' tiles (5 rows, 16 columns,
+    blocks of 256 k, runs of rows) and both transposes."""
     rng = np.random.default_rng(m * n + k)
     a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))
     b = ((rng.random((n, k) if tb else (k, n)) - 0.5) * np.exp(2 * rng.standard_normal((n, k) if tb else (k, n))))
@@ -79,12 +84,40 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
         a.reshape(-1)[5] = np.nan
     c0 = rng.standard_normal((m, n)).astype(np.float32)
     results = []
-    for residues in (False, True):
+    for residues in (False, True, "fused"):
         c = device.put(c0)
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=ta, transpose_b=tb, accumulate=acc,
                      residues=residues)
         results.append(c.numpy().view(np.uint32))
-    assert np.array_equal(results[0], results[1])
+    assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], results[2])
+
+
+@pytest.mark.parametrize("k", [2, 96])
+def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
+    """Every form of the exact GEMM gives the definition's bits where the rounding is delicate: outputs from
+    above float32's largest (overflow to inf) down through the subnormals to below half the smallest one, exact
+    cancellations, ties between subnormals, and sums whose integers cross 2^63 (the reconstruction converts
+    those of at most 63 bits directly and rounds the longer ones to odd first)."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(k)
+    m, n = 48, 40
+    a = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-75, 64, (m, 1)))).astype(np.float32)
+    b = (rng.standard_normal((k, n)) * np.exp2(rng.integers(-75, 64, (1, n)))).astype(np.float32)
+    a[0], a[1, :2], b[:2, 0] = 0.0, [1.0, -1.0], [1.0, 1.0]  # a zero row; an exact cancellation
+    a[2, :2], b[:2, 1] = [np.float32(1 + 2**-3), 0.0], [2.0**-147, 0.0]  # a tie between two subnormals
+    a[3, 1:], b[1:, 2] = 0.0, 0.0
+    a[3, 0], b[0, 2] = 2.0**-100, 2.0**-50  # below half the smallest subnormal
+    a[4], b[:, 3] = 3e38, 2.0  # overflows
+    a[5] = rng.integers(1, 2**23, k) * np.float32(2**-23)  # long integers: sums past 2^63
+    a[6], b[:, 4] = rng.standard_normal(k) * 2.0**-30, rng.standard_normal(k) * 2.0**-30  # sums below 2^63:
+    a[6, 0], b[0, 4], b[1, 4] = 1.0, 0.0, 1.0  # each line's largest is 1, the products' sum about 2^-30
+    expected = exact_gemm.exact_gemm(a, b)
+    assert np.isinf(expected).any() and (np.abs(expected[expected != 0]) < 2.0**-126).any()
+    for residues in (False, True, "fused"):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32)), residues
 
 
 @pytest.mark.parametrize("k", [1, 255, 256, 257, 4099, 70000])

@@ -115,19 +115,20 @@ struct Device(Movable, Writable, Defaultable):
         _ = self.host_buffers.pop(address)
         bytes_at(address).unsafe_free()
 
-    def allocation(mut self, address: Int, size: Int) raises -> DeviceBuffer[DType.uint8]:
-        """The first `size` bytes of the GPU allocation that starts at `address`."""
+    def allocation(mut self, address: Int, size: Int, offset: Int = 0) raises -> DeviceBuffer[DType.uint8]:
+        """`size` bytes from `offset` of the GPU allocation that starts at `address`."""
         if address not in self.gpu_buffers:
             raise Error("address ", address, " is not the start of an allocation on ", self)
-        return self.gpu_buffers[address].create_sub_buffer[DType.uint8](0, size)
+        return self.gpu_buffers[address].create_sub_buffer[DType.uint8](offset, size)
 
     def not_recording(self, what: StaticString) raises:
         """Copies run when called, so a plan never holds one: refuse them while a plan is recorded."""
         if self.recording:
             raise Error("a ", what, " while a plan is being recorded on ", self, " (copies are not recorded)")
 
-    def upload(mut self, address: Int, host: Int, size: Int) raises:
-        """Copy `size` bytes from host memory to the allocation at `address`, in the order of the device's queue.
+    def upload(mut self, address: Int, offset: Int, host: Int, size: Int) raises:
+        """Copy `size` bytes from host memory to the allocation at `address`, from its byte `offset`, in the order of
+        the device's queue.
 
         On a GPU, a copy from pageable memory would first wait for all the work queued before it, stopping the
         host mid-step (a batch's inputs are written after the previous step's kernels are queued, a head's
@@ -138,7 +139,7 @@ struct Device(Movable, Writable, Defaultable):
         self.not_recording("upload")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                var destination = self.allocation(address, size)
+                var destination = self.allocation(address, size, offset)
                 if size <= STAGED_UPLOAD_LIMIT:
                     var staged = self.stage(host, size)
                     self.ctx().enqueue_copy(destination, staged)
@@ -146,7 +147,7 @@ struct Device(Movable, Writable, Defaultable):
                 with GilReleased():
                     self.ctx().enqueue_copy(destination, bytes_at(host))
             return
-        host_copy(address, host, size)
+        host_copy(address + offset, host, size)
 
     def stage(mut self, host: Int, size: Int) raises -> BytePtr:
         """`size` bytes of host memory copied into the pinned staging memory, where no queued copy still reads.
@@ -169,16 +170,17 @@ struct Device(Movable, Writable, Defaultable):
     def staging_capacity(self) -> Int:
         return len(self.staging.value()) if self.staging else 0
 
-    def download(mut self, host: Int, address: Int, size: Int) raises:
-        """Copy `size` bytes from the allocation at `address` to host memory, and wait (on a GPU, without the GIL)."""
+    def download(mut self, host: Int, address: Int, offset: Int, size: Int) raises:
+        """Copy `size` bytes from byte `offset` of the allocation at `address` to host memory, and wait (on a GPU,
+        without the GIL)."""
         self.not_recording("download")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
-                var source = self.allocation(address, size)
+                var source = self.allocation(address, size, offset)
                 self.ctx().enqueue_copy(bytes_at(host), source)
                 self.synchronize()
             return
-        host_copy(host, address, size)
+        host_copy(host, address + offset, size)
 
     def copy(mut self, destination: Int, source: Int, size: Int) raises:
         """Copy `size` bytes between two allocations of this device."""

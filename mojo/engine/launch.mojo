@@ -24,6 +24,7 @@ from max.algorithm import parallelize
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, global_idx, thread_idx
+from max.gpu.host import FuncAttribute
 from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
@@ -394,9 +395,13 @@ def gpu_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](
     body[D](Int(block_idx.x), args)
 
 
-def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](dev: DevicePtr, n: Int, args: Args) raises:
+def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody, dynamic_shared: Int = 0](
+    dev: DevicePtr, n: Int, args: Args
+) raises:
     """Run every task in [0, n) by a block of `team` threads on a GPU. There is no CPU version: on the CPU
-    (or in the CPU build) this raises, and the Python wrappers never call it there."""
+    (or in the CPU build) this raises, and the Python wrappers never call it there. `dynamic_shared` bytes of
+    dynamic shared memory (the body reaches them by `external_memory`) let a block take more than the 48 KB a
+    kernel's static allocations may."""
     if not dev[].is_gpu():
         raise Error("a GPU-only kernel was called on the CPU")
     comptime if HAS_ACCELERATOR:
@@ -405,10 +410,21 @@ def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](dev: Dev
         var a = args.addresses
         var s = args.sizes
         var x = args.scalars
-        dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
-            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-            grid_dim=n,
-            block_dim=team,
-        )
+        comptime if dynamic_shared > 0:
+            dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
+                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                grid_dim=n,
+                block_dim=team,
+                shared_mem_bytes=dynamic_shared,
+                func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(dynamic_shared)),
+            )
+        else:
+            dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
+                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                grid_dim=n,
+                block_dim=team,
+            )

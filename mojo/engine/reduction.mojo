@@ -17,6 +17,7 @@ from std.collections import Array
 from std.math import fma
 from max.gpu.primitives.warp import shuffle_down, shuffle_idx
 from engine.device import F32Ptr
+from engine.numerics import INF
 
 comptime LANES = 32
 
@@ -123,6 +124,26 @@ def row_max(p: F32Ptr, n: Int) -> Float32:
         var x = p.unsafe_load(i)
         m = x if x > m else m
     return m
+
+
+@always_inline
+def row_max_of[warp: Bool](p: F32Ptr, n: Int, lane: Int) -> Float32:
+    """row_max(p, n), taken by one caller (warp False, lane 0) or by the 32 threads of a GPU warp (warp True),
+    every thread getting it. row_max answers p[0] when that is a NaN, else the largest of the other values (a
+    NaN later never compares greater); so does the warp: lane 0 starts from p[0] and every other lane from −∞,
+    each keeps the larger of what it reads, and the lanes fold into lane 0 always on the left, so only p[0]'s NaN
+    survives. Ties between +0 and −0 may keep the other zero, which no caller tells apart (x − m, log Σ + m)."""
+    comptime if warp:
+        var m = p.unsafe_load(0) if lane == 0 else -INF
+        for i in range(lane, n, LANES):
+            var x = p.unsafe_load(i)
+            m = x if x > m else m
+        comptime for level in range(5):
+            var other = shuffle_down(m, UInt32(16 >> level))
+            m = other if other > m else m
+        return shuffle_idx(m, 0)
+    else:
+        return row_max(p, n)
 
 
 comptime TREE_DEPTH = 64  # partial sums a tree_reduce holds at once: enough for 2^63 values

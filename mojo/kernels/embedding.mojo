@@ -1,6 +1,6 @@
 """Embedding gather and its deterministic backward.
 
-    forward:   out[t, :] = table[ids[t], :] (+ rows[row_of[t], :] where row_of[t] ≥ 0)   (one body per token)
+    forward:   out[t, :] = table[ids[t], :] (+ rows[row_of[t], :] where row_of[t] ≥ 0)   (one row body per token)
     backward:  dtable[v, c] (+)= Σ_{t : ids[t] = v, t ascending} dout[t, c]   (one body per (id, column))
 
 The backward needs no atomics: the host hands the tokens grouped by id (a stable
@@ -16,12 +16,15 @@ over its tokens ascending from +0 into `partial`, then a task per (id, column) s
 """
 
 from engine.launch import Args, Interface
+from engine.reduction import row_stride
 
 comptime EMBEDDING_FORWARD = Interface("out table ids rows row_of", "width", "")
 
 
-def embedding_forward(t: Int, args: Args):
-    """rows and row_of are optional: the media tokens add their patch embedding to their modality's id row."""
+def embedding_forward[warp: Bool](t: Int, lane: Int, args: Args):
+    """rows and row_of are optional: the media tokens add their patch embedding to their modality's id row. A row
+    kernel: a GPU warp copies a token's row (thread l the columns l, l+32, …); one thread a row waited on each
+    load before its store, W times."""
     var W = args.size(0)
     var out = args.f32(0).unsafe_offset(t * W)
     var row = Int(args.i32(2).unsafe_load(t))
@@ -29,10 +32,10 @@ def embedding_forward(t: Int, args: Args):
     var extra = Int(args.i32(4).unsafe_load(t)) if args.given(4) else -1
     if extra >= 0:
         var added = args.f32(3).unsafe_offset(extra * W)
-        for i in range(W):
+        for i in range(lane, W, row_stride[warp]()):
             out.unsafe_store(i, source.unsafe_load(i) + added.unsafe_load(i))
     else:
-        for i in range(W):
+        for i in range(lane, W, row_stride[warp]()):
             out.unsafe_store(i, source.unsafe_load(i))
 
 

@@ -59,13 +59,14 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
 # loaded before and stored after half of the products, which halves the registers it holds. Loads
 # are 128-bit where the layout allows it (`vec`). Shared rows are padded by 4 floats, so the
 # transposing stores (the operand stored k-contiguous) meet no bank conflicts. Each thread's outputs
-# are one or two 4-row blocks (BM/2 rows apart) by two 4-column blocks (BN/2 apart); a warp's threads
-# form 4 rows × 8 columns of such blocks, so its fragment loads are conflict-free 128-bit shared
-# loads. None of this touches the order: each output is still its own chain over k, slice after slice.
+# are one or two 4-row blocks (BM/2 rows apart) by two 4-column blocks (BN/2 apart), or one (H = 1);
+# a warp's threads form 4 rows × 8 columns of such blocks, so its fragment loads are conflict-free
+# 128-bit shared loads. None of this touches the order: each output is still its own chain over k, slice after slice.
 # Large launches take 128×128 tiles of 8×8 per thread (256 threads, two blocks per multiprocessor);
 # smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
 # (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
-# multiprocessors, but 576 small ones of 4 warps each).
+# multiprocessors, but 576 small ones of 4 warps each); a product cut into few k ranges of few outputs
+# 32×32 tiles of 4×4 per thread (64 threads), so that its blocks reach every multiprocessor.
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than this: split k (part of the canonical order)
@@ -151,16 +152,19 @@ def quad_place[k_contiguous: Bool, BR: Int, threads: Int](tid: Int, e: Int) -> T
 )
 def gemm_gpu[
     transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
-    vec: Bool,
+    vec: Bool, H: Int = 2,
 ](c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64):
     """C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, each output one fma chain over k ascending
     from +0, C0 added once after it (the canonical order above). Block (x, y, z) computes output tile
     (y, x) over k range z; with several ranges, `c` is the partial sums [ranges, M, N] and accumulate
-    is 0. TM×8 outputs per thread (TM = 4 or 8); KT: the k depth of a staged slice."""
+    is 0. TM×4H outputs per thread (TM = 4 or 8 rows; H = 2 or 1 column blocks of 4, BN/H apart); KT: the k
+    depth of a staged slice."""
     comptime RB = TM // 4  # blocks of 4 rows per thread, BM/RB rows apart
+    comptime TX = BN // (4 * H)  # threads across the tile's columns
     comptime assert RB * 4 == TM and (RB == 1 or RB == 2), "4 or 8 rows per thread"
-    comptime assert (BM // TM) * (BN // 8) == threads, "one thread per TM×8 outputs"
-    comptime assert (BN // 8) % 8 == 0 and (BM // TM) % 4 == 0, "warps of 4×8 threads"
+    comptime assert H == 1 or H == 2, "one or two blocks of 4 columns per thread"
+    comptime assert (BM // TM) * TX == threads, "one thread per TM×4H outputs"
+    comptime assert TX % 8 == 0 and (BM // TM) % 4 == 0, "warps of 4×8 threads"
     comptime assert KT % 8 == 0, "k-contiguous staging covers 8 k per thread pair"
     comptime A_QUADS = BM * KT // 4 // threads
     comptime B_QUADS = BN * KT // 4 // threads
@@ -179,7 +183,7 @@ def gemm_gpu[
     var tid = Int(thread_idx.x)
     var warp = tid // 32
     var lane = tid % 32
-    comptime WARPS_N = (BN // 8) // 8
+    comptime WARPS_N = TX // 8
     var ty = (warp // WARPS_N) * 4 + lane // 8
     var tx = (warp % WARPS_N) * 8 + lane % 8
     var row0 = Int(block_idx.y) * BM
@@ -192,7 +196,7 @@ def gemm_gpu[
     var As = stack_allocation[2 * A_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
     var Bs = stack_allocation[2 * B_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
 
-    var acc = Array[Quad, 2 * TM](fill=Quad(0))  # acc[2·r + h]: row r (0…TM−1), column half h
+    var acc = Array[Quad, H * TM](fill=Quad(0))  # acc[H·r + h]: row r (0…TM−1), column block h
     var a_next = Array[Quad, PARTS](fill=Quad(0))
     var b_next = Array[Quad, PARTS](fill=Quad(0))
 
@@ -230,14 +234,15 @@ def gemm_gpu[
     def step(s: Int, kk: Int) {mut acc, imm As, imm Bs, imm ty, imm tx}:
         var a_row = As.unsafe_offset(s * A_STAGE + kk * SA + 4 * ty)
         var b_row = Bs.unsafe_offset(s * B_STAGE + kk * SB + 4 * tx)
-        var b_lo = b_row.unsafe_load[width=4, alignment=16](0)
-        var b_hi = b_row.unsafe_load[width=4, alignment=16](BN // 2)
+        var b_quads = Array[Quad, H](fill=Quad(0))
+        comptime for h in range(H):
+            b_quads[h] = b_row.unsafe_load[width=4, alignment=16](h * (BN // H))
         comptime for rb in range(RB):
             var a_quad = a_row.unsafe_load[width=4, alignment=16](rb * (BM // RB))
             comptime for i in range(4):
                 var x = Quad(a_quad[i])
-                acc[2 * (4 * rb + i)] = x.fma(b_lo, acc[2 * (4 * rb + i)])
-                acc[2 * (4 * rb + i) + 1] = x.fma(b_hi, acc[2 * (4 * rb + i) + 1])
+                comptime for h in range(H):
+                    acc[H * (4 * rb + i) + h] = x.fma(b_quads[h], acc[H * (4 * rb + i) + h])
 
     var span = k_end - k_begin
     var full_tiles = span // KT
@@ -268,9 +273,9 @@ def gemm_gpu[
     comptime for r in range(TM):
         var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // RB)
         if m < M:
-            comptime for h in range(2):
-                var n = col0 + 4 * tx + h * (BN // 2)
-                var value = acc[2 * r + h]
+            comptime for h in range(H):
+                var n = col0 + 4 * tx + h * (BN // H)
+                var value = acc[H * r + h]
                 comptime if vec:
                     if n < N:
                         if accumulate != 0:
@@ -499,13 +504,18 @@ comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), sli
 comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
 comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
+comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 8 k
+comptime TINY_MAX_BLOCKS = 2 * 132  # a product in k ranges with fewer 64×64 blocks than this: TINY (speed only)
 
 
 def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
     """The GPU tiling for an M×N output in `chunks` k ranges: large tiles when the launch has at least
     LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ, the fastest there on the encoder's shapes;
     LARGE, whose slices are half as deep, for the others), else SMALL. UFORM_GEMM_TILE = large, large-k16,
-    small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit)."""
+    small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit). A product cut into k
+    ranges with fewer than TINY_MAX_BLOCKS 64×64 blocks over all its ranges (the byte LM's weight gradients: 256 ×
+    256 outputs over 8192 tokens are 4 ranges of 16 blocks, 64 blocks on 132 multiprocessors) takes TINY, four
+    times the blocks of a quarter the outputs; UFORM_GEMM_TILE = tiny forces it too."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -515,13 +525,17 @@ def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
         return SMALL
     if forced == "small-8x8":
         return SMALL_8X8
+    if forced == "tiny":
+        return TINY
+    if chunks > 1 and ((N + 63) // 64) * ((M + 63) // 64) * chunks < TINY_MAX_BLOCKS:
+        return TINY
     if large_tiles(M, N) * chunks < LARGE_TILE_MIN_BLOCKS:
         return SMALL
     return LARGE_K16 if transpose_b else LARGE
 
 
 def launch_gemm[
-    transpose_a: Bool, transpose_b: Bool, BM: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int
+    transpose_a: Bool, transpose_b: Bool, BM: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int, H: Int = 2
 ](
     dev: DevicePtr, target: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, flag: Int64, length: Int,
     chunks: Int,
@@ -533,13 +547,13 @@ def launch_gemm[
     var vec = a_row % 4 == 0 and b_row % 4 == 0 and N % 4 == 0 and (Int(a) | Int(b) | Int(target)) % 16 == 0
     var grid = ((N + BM - 1) // BM, (M + BM - 1) // BM, chunks)
     if vec:
-        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, True]](
-            target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
-        )
+        dev[].ctx().enqueue_function[
+            gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, True, H]
+        ](target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads)
     else:
-        dev[].ctx().enqueue_function[gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, False]](
-            target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads,
-        )
+        dev[].ctx().enqueue_function[
+            gemm_gpu[transpose_a, transpose_b, BM, BM, TM, KT, threads, blocks_per_sm, False, H]
+        ](target, a, b, Int64(M), Int64(N), Int64(K), flag, Int64(length), grid_dim=grid, block_dim=threads)
 
 
 def gemm_on[transpose_a: Bool, transpose_b: Bool](
@@ -565,6 +579,9 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
                 launch_gemm[transpose_a, transpose_b, 128, 8, 16, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == SMALL:
                 launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
+            elif tiling == TINY:
+                launch_gemm[transpose_a, transpose_b, 32, 4, 8, 64, 12, 1](dev, target, a, b, M, N, K, flag, length,
+                                                                           chunks)
             else:
                 launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:

@@ -17,10 +17,11 @@ Two kernels, each one body for both launchers:
 - `exact_products`, one task per output: the limb products summed over k in int64 (each sum stays below
   2^62 by the choice of b), combined into a 128-bit integer, rounded once.
 This SIMT form is the definition's first, plain implementation. The residue form computes the same integers
-faster (`gemm_exact_residues_on`, what `kernels.gemm_exact(..., residues=True)` runs): on a GPU int8 residues
-modulo 11 or 12 primes below 2^8, multiplied on the tensor cores, on the CPU int16 residues modulo 8 primes
-below 2^12, multiplied by AVX2's vpmaddwd in a blocked GEMM; either way the Chinese remainder theorem turns
-the residues into the integer, rounded once as here. Layouts as in gemm.mojo.
+faster (`gemm_exact_residues_on`, what `kernels.gemm_exact(..., residues=True or "fused")` runs): on a GPU int8
+residues modulo 11 or 12 primes below 2^8, multiplied on the tensor cores (the sections below, unfused and fused),
+on the CPU int16 residues modulo 8 primes below 2^12, multiplied by AVX2's vpmaddwd in a blocked GEMM (the last
+section); either way the Chinese remainder theorem turns the residues into the integer, rounded once as here.
+Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
@@ -28,9 +29,13 @@ from std.memory import bitcast
 from std.collections import Array
 from std.sys import llvm_intrinsic
 from engine.device import F32Ptr, I32Ptr, i32_at
-from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index, launch_rows,
-                           launch_teams, sync)
-from max.gpu.memory import AddressSpace
+from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
+                           launch_index, launch_rows, launch_teams, sync)
+from max.gpu import barrier, thread_idx
+from max.gpu.compute.mma import WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync
+from max.gpu.memory import (
+    AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory, fence_async_view_proxy,
+)
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
@@ -168,51 +173,52 @@ def exact_products(task: Int, args: Args):
         middles += ah * bl + al * bh
         lows += al * bl
     var total = (Int128(highs) << Int128(2 * LIMB)) + (Int128(middles) << Int128(LIMB)) + Int128(lows)
-    var value = rounded(Int64(total >> 64), UInt64(total & 0xFFFFFFFFFFFFFFFF), Int64(2 * bits - Int(e) - Int(f)))
+    var value = rounded(total, 2 * bits - Int(e) - Int(f))
     if args.flag(3):
         value = c.unsafe_load(task) + value
     c.unsafe_store(task, value)
 
 
-def rounded[w: SIMDLength, //](
-    high: SIMD[DType.int64, w], low: SIMD[DType.uint64, w], shift: SIMD[DType.int64, w]
-) -> SIMD[DType.float32, w]:
-    """x·2^(−shift) rounded once to float32 in each lane, x = high·2^64 + low a signed 128-bit integer: to nearest
-    with ties to even (subnormals kept, ±inf past the largest finite value); +0 for x = 0, and a zero of x's sign
-    for magnitudes below half the smallest subnormal. Lane by lane with selects, so the CPU rounds 8 at once."""
-    comptime U = SIMD[DType.uint64, w]
-    comptime I = SIMD[DType.int64, w]
-    var negative = high.lt(0)
-    var borrow = low.eq(0).select(U(1), U(0))  # −x = ~x + 1, the carry crossing into the high word
-    var top_word = negative.select(~high.cast[DType.uint64]() + borrow, high.cast[DType.uint64]())
-    var low_word = negative.select(~low + 1, low)  # |x| = top_word·2^64 + low_word
-    var wide = top_word.ne(0)
-    var length = wide.select(128 - count_leading_zeros(top_word).cast[DType.int64](),
-                             64 - count_leading_zeros(low_word).cast[DType.int64]())
+def rounded(x: Int128, shift: Int) -> Float32:
+    """x·2^(−shift) rounded once to float32, to nearest with ties to even (subnormals kept, ±inf past the
+    largest finite value); +0 for x = 0, and a zero of x's sign for magnitudes below half the smallest
+    subnormal."""
+    if x == 0:
+        return Float32(0)
+    var sign = UInt32(0x80000000) if x < 0 else UInt32(0)
+    var magnitude = UInt128(-x if x < 0 else x)
+    var high = UInt64(magnitude >> 64)
+    var low = UInt64(magnitude & 0xFFFFFFFFFFFFFFFF)
+    var length = 128 - Int(count_leading_zeros(high)) if high != 0 else 64 - Int(count_leading_zeros(low))
     var top = length - shift  # the value lies in [2^(top − 1), 2^top)
-    # a subnormal keeps fewer bits (0 ≤ kept ≤ 24; clamped for the lanes that underflow, whose q is not used)
-    var kept = min(max((top - 1).ge(-126).select(I(24), top + 149), 0), 24).cast[DType.uint64]()
-    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether a
-    # bit below them is set; a magnitude of at most 64 bits is all in `lead`. Shift counts stay below 64.
-    var up = ((128 - length) & 63).cast[DType.uint64]()  # 0 … 63 where the top word is not zero
-    var spill = up.gt(0).select(low_word >> ((64 - up) & 63), U(0))
-    var lead = wide.select((top_word << up) | spill, low_word << ((64 - length) & 63).cast[DType.uint64]())
-    var below = wide & (low_word << up).ne(0)
-    var q = lead >> 1 >> (63 - kept)  # the kept leading bits
-    var rest = lead << kept  # the dropped bits of `lead`, left-aligned: half is 2^63
-    comptime half = UInt64(1) << 63
-    q += (rest.gt(half) | (rest.eq(half) & (below | (q & 1).eq(1)))).select(U(1), U(0))
-    var carried = q.eq(U(1) << kept)  # the rounding carried into the next power of two
-    var exponent = top - 1 + carried.select(I(1), I(0))  # of the value, after the rounding
-    q = (carried & kept.eq(24)).select(q >> 1, q)
-    comptime B = SIMD[DType.uint32, w]
-    var sign = negative.select(B(0x80000000), B(0))
-    var normal = sign | ((exponent + 127).cast[DType.uint32]() << 23) | (q.cast[DType.uint32]() & 0x7FFFFF)
-    var bits = (exponent.ge(-126) & q.ge(1 << 23)).select(exponent.gt(127).select(sign | 0x7F800000, normal),
-                                                          sign | q.cast[DType.uint32]())  # else q units of 2^−149
-    bits = top.lt(-149).select(sign, bits)
-    bits = (wide | low_word.ne(0)).select(bits, B(0))
-    return bitcast[DType.float32, w](bits)
+    if top < -149:
+        return bitcast[DType.float32](sign)
+    var kept = 24 if top - 1 >= -126 else 24 + (top - 1) + 126  # a subnormal keeps fewer bits (0 ≤ kept ≤ 24)
+    # The magnitude's leading 64 bits, its leading 1 at bit 63 (in 64-bit words: no 128-bit shifts), and whether
+    # a bit below them is set; a magnitude of at most 64 bits is all in `lead`.
+    var lead: UInt64
+    var below = False
+    if high != 0:
+        var up = UInt64(128 - length)  # 0 … 63
+        lead = high << up | (low >> (64 - up) if up > 0 else 0)
+        below = low << up != 0
+    else:
+        lead = low << UInt64(64 - length)
+    var q = lead >> 1 >> UInt64(63 - kept)  # the kept leading bits
+    var rest = lead << UInt64(kept)  # the dropped bits of `lead`, left-aligned: half is 2^63
+    var half = UInt64(1) << 63
+    if rest > half or (rest == half and (below or (q & 1) == 1)):
+        q += 1
+    var exponent = top - 1  # of the value before rounding
+    if q == UInt64(1) << UInt64(kept):  # the rounding carried into the next power of two
+        exponent += 1
+        if kept == 24:
+            q >>= 1
+    if exponent >= -126 and q >= UInt64(1) << 23:  # a normal result: 24 significant bits in q
+        if exponent > 127:
+            return bitcast[DType.float32](sign | 0x7F800000)
+        return bitcast[DType.float32](sign | (UInt32(exponent + 127) << 23) | (UInt32(q) & 0x7FFFFF))
+    return bitcast[DType.float32](sign | UInt32(q))  # a subnormal: q units of 2^−149
 
 
 def prep_line(dev: DevicePtr, high: Int, low: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int,
@@ -274,8 +280,9 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
 # its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
 # operand exact_residues_across, a team a tile of lines), the plane products (one strided batched cuBLAS int8
-# GEMM a chunk of k) and crt_round, a thread an output. Every body is integer arithmetic in 32 bits where the
-# values allow. The CPU runs the same exponent passes and crt_round, over its own moduli (the section at the end).
+# GEMM a chunk of k) and crt_round, a thread an output; or, in the fused form (the section after them), the plane
+# products and the reconstruction as one kernel. Every body is integer arithmetic in 32 bits where the values
+# allow. The CPU runs the same exponent passes and reconstruction over its own moduli (the section at the end).
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -379,13 +386,17 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
     @always_inline
     def residues[p: Int, dtype: DType = DType.int8](self) -> SIMD[dtype, RESIDUE_GROUP]:
         """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8 for the MODULI, int16 for
-        the WIDE_MODULI): v ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p (mod p), a value in [0, 2^25)
-        (in [0, 2^29) for p < 2^12), so one 32-bit remainder gives the residue the 64-bit v has."""
-        comptime lift = p << 11  # a multiple of p above |high·(2^32 mod p)|
+        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 256, and the byte read as int8 is the residue in
+        [−128, 128)). Else, with h = ⌊p/2⌋, v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h
+        (mod p), a value in [0, 2^25) (in [0, 2^29) for p < 2^12), so one 32-bit remainder r = (v + h) mod p gives
+        the residue r − h, the one in [−h, h]."""
+        comptime if p == 256:
+            return self.low.cast[DType.int8]().cast[dtype]()
+        comptime half = p // 2
+        comptime lift = (p << 11) + half  # a multiple of p above |high·(2^32 mod p)|, plus h
         var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
-        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # v mod p, in [0, p)
-        var symmetric = r - r.ge(Int32((p + 1) // 2)).select(SIMD[DType.int32, RESIDUE_GROUP](Int32(p)), 0)
-        return symmetric.cast[dtype]()
+        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # (v + h) mod p
+        return (r - Int32(half)).cast[dtype]()
 
 
 @always_inline
@@ -535,13 +546,61 @@ def word(x: UInt128, w: Int) -> UInt64:
 comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for either set, so |X| < P/2 < 2^95 fixes it
 
 
-def crt_round[wide: Bool, moduli: Int, w: SIMDLength](output: Int, args: Args):
+def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
     """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one, the CPU 8):
-    X from its residues r_i, then rounded as exact_products rounds it; NaN for a non-finite line. On a GPU (the
-    MODULI) r_i is the chunk sums of plane product i, each reduced modulo p_i to a value below 2p_i, summed over
-    the chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU (`wide`: the WIDE_MODULI, wide_rows) the plane product's
-    sum, a value below 2^25 congruent to X, reduced (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at
-    once (they are independent).
+    their residues r_i, then crt_store. On a GPU (the MODULI) r_i is the chunk sums of plane product i, each
+    reduced by chunk_residue to a value below 2p_i, summed over the chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU
+    (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a value below 2^25 congruent to X, reduced
+    (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at once (they are independent)."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var K = args.size(2)
+    var chunks = 1 if wide else (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var sums = args.i32(1).unsafe_offset(output)
+    var residues = SIMD[DType.uint32, 16 * w](0)  # residue i of lane j at i·w + j
+    for chunk in range(chunks):
+        comptime for i in range(moduli):
+            var sum = sums.unsafe_load[width=w]((i * chunks + chunk) * M * N)
+            var r: SIMD[DType.uint32, w]
+            comptime if wide:
+                r = remainder_below_2_31[modulus[True, i]()](sum.cast[DType.uint32]())
+            else:
+                r = chunk_residue[MODULI[i]](sum)
+            residues = residues.insert[offset = i * w](residues.slice[w, offset = i * w]() + r)
+    var e = SIMD[DType.int32, w](0)  # the lanes' line exponents
+    var f = SIMD[DType.int32, w](0)
+    var row = output // N
+    var column = output - row * N
+    comptime for j in range(w):
+        if j > 0:  # the next output, without another division
+            column += 1
+            if column == N:
+                column = 0
+                row += 1
+        e[j] = args.i32(2).unsafe_load(row)
+        f[j] = args.i32(3).unsafe_load(column)
+    crt_store[moduli, wide, w](args.f32(0), output, residues, e, f, args.size(3), args.flag(4))
+
+
+@always_inline
+def chunk_residue[w: SIMDLength, //, p: Int](sum: SIMD[DType.int32, w]) -> SIMD[DType.uint32, w]:
+    """A value ≡ sum (mod p) in [0, 2p), for the int32 sum of one chunk's products of symmetric residues (|sum| ≤
+    2^14·2^16 = 2^30, and below 2^30 for p < 256: residues within ±127)."""
+    comptime if p == 256:
+        return sum.cast[DType.uint32]() & 0xFF  # the two's complement's low byte
+    else:  # sum + 2^30 lies in [0, 2^31)
+        comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
+        return remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()) + offset
+
+
+@always_inline
+def crt_store[moduli: Int, wide: Bool = False, w: SIMDLength = 1](
+    c: F32Ptr, output: Int, residues: SIMD[DType.uint32, 16 * w], e: SIMD[DType.int32, w], f: SIMD[DType.int32, w],
+    bits: Int, accumulate: Bool,
+):
+    """c[output + j] (+)= X_j·2^(e_j + f_j − 2b) rounded once for the w lanes j, X found from its residues
+    r_i ≡ X (mod p_i), 0 ≤ r_i < 2^13 (residues[i·w + j] for the first `moduli` MODULI, or with `wide`
+    WIDE_MODULI); NaN for a non-finite line (e or f NON_FINITE).
 
     The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
@@ -555,62 +614,63 @@ def crt_round[wide: Bool, moduli: Int, w: SIMDLength](output: Int, args: Args):
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
       32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
       in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
-    Per output: 3·N 32×32-bit multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var K = args.size(2)
-    var bits = args.size(3)
-    var chunks = 1 if wide else (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var c = args.f32(0)
-    var sums = args.i32(1).unsafe_offset(output)
-    var residues = Array[SIMD[DType.uint32, w], moduli](fill=SIMD[DType.uint32, w](0))
-    for chunk in range(chunks):
-        comptime for i in range(moduli):
-            comptime p = modulus[wide, i]()
-            var sum = sums.unsafe_load[width=w]((i * chunks + chunk) * M * N)
-            comptime if wide:
-                residues[i] += remainder_below_2_31[p](sum.cast[DType.uint32]())
-            elif p == 256:
-                residues[i] += sum.cast[DType.uint32]() & 0xFF  # the two's complement's low byte
-            else:  # |sum| ≤ 127²·2^16 < 2^30 (residues within ±127), so sum + 2^30 lies in [0, 2^31)
-                comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
-                residues[i] += remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()) + offset
+    So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: 3·N 32×32-bit
+    multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
     var estimate = SIMD[DType.uint64, w](1 << 31)  # T + 2^31
     var low = SIMD[DType.uint64, w](0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
     var middle = SIMD[DType.uint64, w](0)
     var high = SIMD[DType.uint32, w](0)
     comptime for i in range(moduli):
         comptime weight = crt_weight[wide, moduli, i]()
-        var r = residues[i].cast[DType.uint64]()
+        var r32 = residues.slice[w, offset = i * w]()
+        var r = r32.cast[DType.uint64]()
         comptime fraction = crt_fraction[wide, moduli, i]()
         estimate += r * fraction
         low += r * word(weight, 0)
         middle += r * word(weight, 1)
-        high += residues[i] * UInt32(word(weight, 2))
+        high += r32 * UInt32(word(weight, 2))
     var q = estimate >> 32
     comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product[wide, moduli]()  # ≡ −P (mod 2^96)
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
     high += q.cast[DType.uint32]() * UInt32(word(complement, 2)) + (middle >> 32).cast[DType.uint32]()
-    var e = SIMD[DType.int32, w](0)  # the lanes' line exponents
-    var f = SIMD[DType.int32, w](0)
-    var row = output // N
-    var column = output - row * N
+    var value = SIMD[DType.float32, w](0)
     comptime for j in range(w):
-        if j > 0:  # the next output, without another division
-            column += 1
-            if column == N:
-                column = 0
-                row += 1
-        e[j] = args.i32(2).unsafe_load(row)
-        f[j] = args.i32(3).unsafe_load(column)
-    var x_high = high.cast[DType.int32]().cast[DType.int64]()  # X's bits 64 … 127: word 2's sign extended
-    var x_low = ((middle & 0xFFFFFFFF) << 32) | (low & 0xFFFFFFFF)
-    var value = rounded(x_high, x_low, Int64(2 * bits) - e.cast[DType.int64]() - f.cast[DType.int64]())
-    if args.flag(4):
+        value[j] = rounded_words(high[j], UInt32(middle[j] & 0xFFFFFFFF), UInt32(low[j] & 0xFFFFFFFF),
+                                 2 * bits - Int(e[j]) - Int(f[j]))
+    if accumulate:
         value = c.unsafe_load[width=w](output) + value
     var non_finite = e.eq(NON_FINITE) | f.eq(NON_FINITE)
     c.unsafe_store(output, non_finite.select(SIMD[DType.float32, w](bitcast[DType.float32](CANONICAL_NAN)), value))
+
+
+@always_inline
+def rounded_words(high: UInt32, middle: UInt32, low: UInt32, shift: Int) -> Float32:
+    """rounded(X, shift) for the signed 96-bit X = high·2^64 + middle·2^32 + low (high read as signed), by the
+    conversion of a 64-bit integer to float32 where that gives the same bits, else by rounded:
+    - |X| < 2^63: v = X, whose conversion (to nearest, ties to even) is RN(X);
+    - else v = ⌊X/2^32⌋ with the lowest bit set when a dropped bit is (round to odd): v and X/2^32 then round
+      alike to 24 bits, since v keeps at least 31 (24 + 2 suffice);
+    then RN(X)·2^−shift is the answer when its exponent stays normal: scaling by a power of two commutes with a
+    rounding to 24 bits there, and a value below 2^−126 whose 24-bit rounding reaches 2^−126 (within 2^−151 of
+    it) also rounds up to 2^−126 on the subnormals' coarser grid. Subnormal, overflowing and zero results take
+    rounded. One conversion and an exponent adjustment instead of 128-bit shifts: the same bits on every
+    device (the conversion is IEEE's)."""
+    var fits = Int32(high) == (Int32(middle) >> 31)  # high only extends the sign of bit 63
+    var v: Int64
+    var scale: Int  # the power of two v stands for
+    if fits:
+        v = Int64((UInt64(middle) << 32) | UInt64(low))
+        scale = 0
+    else:
+        v = Int64((UInt64(high) << 32) | UInt64(middle)) | Int64(1 if low != 0 else 0)
+        scale = 32
+    var bits = bitcast[DType.uint32](Float32(v))
+    var exponent = Int((bits >> 23) & 0xFF) + scale - shift  # the result's biased exponent
+    if v != 0 and exponent >= 1 and exponent <= 254:
+        return bitcast[DType.float32](bits + (UInt32(scale - shift) << 23))
+    var value = (Int128(Int64(Int32(high))) << 64) | Int128((UInt64(middle) << 32) | UInt64(low))
+    return rounded(value, shift)
 
 
 def exponent_blocks(K: Int) -> Int:
@@ -618,37 +678,47 @@ def exponent_blocks(K: Int) -> Int:
     return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
 
 
-def residue_workspace_bytes(M: Int, N: Int, K: Int, gpu: Bool) -> Int:
+def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> Int:
     """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU), the plane
-    products' sums, the exponents and the partial maxima of a transposed operand's lines."""
-    var moduli = moduli_count(K)
-    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var planes = moduli * (M + N) * padded(K) + 4 * moduli * chunks * M * N
+    products' sums, the exponents and the partial maxima of a transposed operand's lines (`splits` as
+    gemm_exact_residues_on takes it)."""
+    var planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
     if not gpu:
         planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
     return planes + 4 * (M + N) + 4 * max(M, N) * exponent_blocks(K)
 
 
-def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool](
+def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
+    """Bytes of the unfused form's int32 chunk sums, which also hold the fused kernel's byte residues."""
+    var moduli = moduli_count(K)
+    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    return max(4 * moduli * chunks * M * N, fused_scratch_bytes(M, N, K, moduli, fused_splits(M, N, K, splits)))
+
+
+def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+    splits: Int = 0,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
-    residue_workspace_bytes(M, N, K, dev[].is_gpu())."""
+    residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
+    reconstruction in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its
+    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
     if not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
     elif moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
     else:
-        residue_product[12, transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
 
 
-def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
+def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+    splits: Int,
 ) raises:
     """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes, their products on
-    the tensor cores, the reconstruction."""
+    the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
     var bits = bits_per_side(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
@@ -656,18 +726,22 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool](
     var a_exponents = b_residues + moduli * N * padded(K)
     var b_exponents = a_exponents + 4 * M
     var sums = b_exponents + 4 * N
-    var partial = sums + 4 * moduli * chunks * M * N
+    var partial = sums + sums_bytes(M, N, K, splits)
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
     residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
                            M if transpose_a else 1, bits)
     residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
                            1 if transpose_b else N, bits)
     comptime if HAS_ACCELERATOR:
+        comptime if fused:
+            fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
+                                   bits, accumulate, fused_splits(M, N, K, splits))
+            return
         plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
-    reconstruct[False, moduli](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
+    reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
 
-def reconstruct[wide: Bool, moduli: Int](
+def reconstruct[moduli: Int, wide: Bool](
     dev: DevicePtr, c: F32Ptr, sums: Int, a_exponents: Int, b_exponents: Int, M: Int, N: Int, K: Int, bits: Int,
     accumulate: Bool,
 ) raises:
@@ -682,7 +756,7 @@ def reconstruct[wide: Bool, moduli: Int](
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
     crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_elements[crt_round[wide, moduli, ...]](dev, M * N, crt)
+    launch_elements[crt_round[moduli, wide, ...]](dev, M * N, crt)
 
 
 def residue_planes[moduli: Int](
@@ -775,6 +849,364 @@ def plane_products_on_tensor_cores(
         ), msg="gemm_exact: cuBLAS's int8 products")
 
 
+# ---- the fused form: plane products and reconstruction in one kernel (GPU only) ----------------------------
+#
+# The unfused form writes N(K) int32 planes of M·N chunk sums (44 bytes an output for 11 moduli) and crt_round
+# reads them back. The fused kernel keeps one byte an output and modulus instead. A block of two warpgroups owns
+# a tile of 128 × 256 outputs; modulus after modulus it streams the tile's lines of A's and B's planes through a
+# ring of shared-memory stages (cp.async fills the next stages while Hopper's warpgroup tensor cores, wgmma
+# int8 × int8 → int32, multiply the current one), and at the end of each chunk of k a thread folds its int32
+# sums modulo p_i into bytes in the workspace. After the last modulus the same thread reads its bytes back,
+# reconstructs and rounds its outputs (crt_store) and stores the floats.
+
+comptime FUSED_ROWS = 128  # a tile's rows: two warpgroups of 64
+comptime FUSED_TEAM = 256  # threads of a block: two warpgroups
+comptime FUSED_K = 128  # k of a stage: one 128-byte line of the swizzled layout wgmma reads
+
+
+struct FusedTile[columns: Int]:
+    """The fused kernel's geometry for tiles of 128 rows × `columns` columns: 256 (one block a multiprocessor,
+    the most products per staged byte) or 128 (two blocks a multiprocessor, so that one block's folds and
+    reconstruction overlap the other's products)."""
+
+    comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
+    comptime stage_bytes = Self.lines * FUSED_K
+    comptime slots = 4 if Self.columns == 256 else 3  # stages in the ring: 192 KB, or 96 KB a block
+    comptime ahead = Self.slots - 2  # stages copied ahead: a slot is refilled two stages after its products
+    # started, once the warpgroups have waited for them (the products of one stage overlap the next one's copies)
+    comptime shared_bytes = Self.slots * Self.stage_bytes
+    comptime blocks_per_sm = 1 if Self.columns == 256 else 2
+    comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
+    comptime words = Self.sums // 4  # 32-bit words of a thread's residues modulo one modulus
+    comptime outputs = FUSED_ROWS * Self.columns
+
+
+comptime SharedBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+comptime GlobalBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
+comptime U32Ptr = Pointer[UInt32, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
+
+
+def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
+    """Tiles of 128 rows × `columns` columns covering the M × N outputs."""
+    return (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + columns - 1) // columns)
+
+
+comptime FUSED_BLOCKS = 264  # blocks a fused product should give the GPU: two a multiprocessor of an H100 or H200
+comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residues stay below 2^13 (32·255)
+comptime FUSED_AUTO_SPLITS = 8  # ranges of k the kernel chooses at most
+comptime FUSED_SPLIT_K = 4096  # k of a range it chooses at least: its folds stay small beside its products
+
+
+def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
+    """The ranges of k (each a whole number of stages, none empty) the fused kernel splits an M × N × K product
+    into: `requested` if positive (at most FUSED_MAX_SPLITS), else the count up to FUSED_AUTO_SPLITS, each range
+    at least FUSED_SPLIT_K long, whose blocks of 128 × 128 outputs fill their waves of FUSED_BLOCKS best (the
+    fewest on a tie): blocks do equal work, so a last wave half full runs as long as a full one. A weight
+    gradient's few outputs over a long k split; the tall products, whose tiles fill their waves, do not."""
+    var slices = (padded(K) + FUSED_K - 1) // FUSED_K
+    var wanted = min(requested, FUSED_MAX_SPLITS)
+    if requested <= 0:
+        var tiles = fused_tiles(M, N, 128)
+        wanted = 1
+        var best = 0.0
+        for splits in range(1, min(FUSED_AUTO_SPLITS, max(1, slices * FUSED_K // FUSED_SPLIT_K)) + 1):
+            var blocks = tiles * splits
+            var filled = Float64(blocks) / Float64((blocks + FUSED_BLOCKS - 1) // FUSED_BLOCKS * FUSED_BLOCKS)
+            if filled > best:
+                best = filled
+                wanted = splits
+    var per_split = (slices + wanted - 1) // wanted
+    return (slices + per_split - 1) // per_split
+
+
+def fused_columns(K: Int, splits: Int) -> Int:
+    """The fused kernel's tile width: 256 for an unsplit k of at least 4096 (its products dominate: the most of
+    them per staged byte), else 128 (two blocks a multiprocessor: one block's folds and reconstruction overlap the
+    other's products)."""
+    return 256 if K >= 4096 and splits == 1 else 128
+
+
+def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int) -> Int:
+    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles), modulus and split."""
+    var columns = fused_columns(K, splits)
+    return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns
+
+
+struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
+    """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and `columns` of
+    B's, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
+    128·l + 16·(j XOR l mod 8)): copies of 16 bytes (cp.async, 12 or 8 a thread), copy c of piece j = tid mod 8 of line
+    32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
+    stored length, and lines past the operand's rows (A) or columns (B), land as zeros."""
+
+    var a_first: Int  # address of this thread's first piece in modulus 0's plane of A (k = 0)
+    var b_first: Int
+    var a_lines: Int  # lines of A (and of B) this thread's copies may read: the tile's lines inside the operand
+    var b_lines: Int
+    var piece: Int  # the piece's byte offset in its line
+    var target: Int  # the piece's offset in a stage (copy 0's line)
+    var line: Int  # bytes of a residue line
+    var line_of_thread: Int  # the line of copy 0 (copy c's is 32·c further)
+    var a_plane_bytes: Int  # from one modulus's plane of A to the next
+    var b_plane_bytes: Int
+    var k_begin: Int  # the range of k this block multiplies, of every modulus
+    var k_end: Int
+    var modulus: Int  # the next stage to fill: modulus, k and slot of the ring
+    var k: Int
+    var slot: Int
+
+    @always_inline
+    def __init__(out self, a_plane: Int, b_plane: Int, line: Int, a_lines: Int, b_lines: Int, a_lines_total: Int,
+                 b_lines_total: Int, k_begin: Int, k_end: Int, tid: Int):
+        """Copies of k [k_begin, k_end) of the tile whose first lines are at a_plane and b_plane in modulus 0's
+        planes (a_lines and b_lines of them inside the operands, whose planes hold a_lines_total and
+        b_lines_total lines)."""
+        self.line_of_thread = tid // 8
+        self.piece = 16 * (tid % 8)
+        self.line = line
+        self.a_first = a_plane + self.line_of_thread * line + self.piece
+        self.b_first = b_plane + self.line_of_thread * line + self.piece
+        self.a_lines = a_lines
+        self.b_lines = b_lines
+        self.target = self.line_of_thread * FUSED_K + 16 * ((tid % 8) ^ (self.line_of_thread % 8))
+        self.a_plane_bytes = a_lines_total * line
+        self.b_plane_bytes = b_lines_total * line
+        self.k_begin = k_begin
+        self.k_end = k_end
+        self.modulus = 0
+        self.k = k_begin
+        self.slot = 0
+
+    @always_inline
+    def start_next[moduli: Int](mut self, shared: SharedBytes):
+        """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, k_begin to k_end,
+        the moduli in turn)
+        into its slot of the ring, and commit its copies as one group (an empty group once the stream is done)."""
+        if self.modulus < moduli:
+            var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
+            var inside = self.k + self.piece < self.line
+            comptime for copy in range(FusedTile[Self.columns].lines // 32):
+                comptime of_a = copy < FUSED_ROWS // 32
+                comptime index = copy if of_a else copy - FUSED_ROWS // 32
+                var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
+                var first = self.a_first + self.modulus * self.a_plane_bytes if of_a else (
+                    self.b_first + self.modulus * self.b_plane_bytes
+                )
+                var source = GlobalBytes(unsafe_from_address=first + 32 * index * self.line + self.k)
+                async_copy[16, fill=Int8(0)](
+                    source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
+                )
+            self.k += FUSED_K
+            if self.k >= self.k_end:
+                self.k = self.k_begin
+                self.modulus += 1
+            self.slot = (self.slot + 1) % FusedTile[Self.columns].slots
+        async_copy_commit_group()
+
+
+@always_inline
+def swizzled_lines(lines: SharedBytes) -> Int64:
+    """The wgmma descriptor of staged lines (stage_lines' layout): the start address, 1024 bytes between groups
+    of 8 lines, 128-byte swizzling (addresses and offsets in 16-byte units; the leading offset is unused there)."""
+    return Int64((Int(lines) & 0x3FFFF) >> 4) | (Int64(1) << 16) | (Int64(1024 >> 4) << 32) | (Int64(1) << 62)
+
+
+@always_inline
+def multiply_stage[columns: Int](
+    sums: SIMD[DType.uint32, FusedTile[columns].sums], stage: SharedBytes, warpgroup: Int
+) -> SIMD[DType.uint32, FusedTile[columns].sums]:
+    """sums + the warpgroup's 64 rows of A's staged lines · the `columns` columns of B's, over the stage's 128 k:
+    four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the next 32 bytes of every line, started as one
+    group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or refills the stage."""
+    var a = swizzled_lines(stage.unsafe_offset(64 * warpgroup * FUSED_K))
+    var b = swizzled_lines(stage.unsafe_offset(FUSED_ROWS * FUSED_K))
+    var result = sums
+    wgmma_fence_aligned()
+    comptime for step in range(FUSED_K // 32):
+        result = wgmma_async[64, columns, 32, DType.uint32, FusedTile[columns].sums, a_type=DType.int8,
+                             b_type=DType.int8](
+            WGMMADescriptor[DType.int8](a + Int64(2 * step)), WGMMADescriptor[DType.int8](b + Int64(2 * step)), result
+        )
+    wgmma_commit_group_sync()
+    return result
+
+
+@always_inline
+def fold_sums[p: Int, columns: Int](
+    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], first_chunk: Bool, tid: Int
+):
+    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p), stored a byte an output:
+    sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's 32 lanes store 128 contiguous bytes. One
+    remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum (mod p) and lies in [0, 2^31 − 256) for
+    |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so adding a residue so far keeps it below
+    2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
+    comptime bias = UInt32(p * (((1 << 30) + p - 1) // p)) if p < 256 else UInt32(0)
+    comptime for w in range(FusedTile[columns].words):
+        var so_far = SIMD[DType.uint8, 4](0) if first_chunk else bitcast[DType.uint8, 4](
+            words.unsafe_load(w * FUSED_TEAM + tid)
+        )
+        var total = sums.slice[4, offset=4 * w]() + bias + so_far.cast[DType.uint32]()
+        var residues: SIMD[DType.uint32, 4]
+        comptime if p == 256:
+            residues = total & 0xFF
+        else:
+            residues = remainder_below_2_31[p](total)
+        words.unsafe_store(w * FUSED_TEAM + tid, bitcast[DType.uint32, 1](residues.cast[DType.uint8]()))
+
+
+comptime EXACT_FUSED = Interface(
+    "c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate splits", ""
+)
+
+
+@always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
+def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
+    """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
+    residue planes residue_planes wrote: for every modulus the plane products of the split's range of k on the
+    tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds its outputs
+    (128 or 64; else exact_fused_splits_summed does, after every split).
+
+    The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
+    copied two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums
+    a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k
+    as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
+    residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
+    chunk a thread folds its sums modulo p_i into its bytes of the workspace (fold_sums; written and read back
+    only by the thread that owns them). A thread's sum j is wgmma's accumulator fragment: row
+    16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column 8·(j ÷ 4) + 2·(lane mod 4) + j mod 2.
+    Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
+    (crt_store stores NaN there)."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var line = padded(args.size(2))
+    var splits = args.size(5)
+    comptime tile = FusedTile[columns]
+    var tiles = fused_tiles(M, N, columns)
+    var column_tiles = (N + columns - 1) // columns
+    var row0 = task % tiles // column_tiles * FUSED_ROWS
+    var column0 = task % tiles % column_tiles * columns
+    var per_split = ((line + FUSED_K - 1) // FUSED_K + splits - 1) // splits * FUSED_K
+    var k_begin = task // tiles * per_split
+    var k_end = min(line, k_begin + per_split)
+    var tid = Int(thread_idx.x)
+    var warpgroup = tid // 128
+    var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
+    var residues = Int(args.addresses[5]) + task * moduli * tile.outputs
+    var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line,
+                                       line, M - row0, N - column0, M, N, k_begin, k_end, tid)
+    comptime for _ in range(tile.ahead):
+        copies.start_next[moduli](shared)
+    var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
+    var k = k_begin
+    var slot = 0
+    while i < moduli:
+        var chunk_begin = k
+        var chunk_end = min(k_end, k + RESIDUE_CHUNK)
+        var sums = SIMD[DType.uint32, tile.sums](0)
+        while k < chunk_end:
+            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next one's may not)
+            fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
+            barrier()  # every thread's copies landed; every warpgroup done with the products of the slot refilled
+            copies.start_next[moduli](shared)
+            sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
+            wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
+            k += FUSED_K
+            slot = (slot + 1) % tile.slots
+        wgmma_wait_group_sync[0]()
+        var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
+        comptime for j in range(moduli):
+            if j == i:
+                fold_sums[MODULI[j], columns](words, sums, chunk_begin == k_begin, tid)
+        if k >= k_end:
+            k = k_begin
+            i += 1
+    if splits == 1:
+        reconstruct_tile[moduli, columns](task, args)
+
+
+@always_inline
+def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
+    """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
+    the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_store's residues r_i ≡ X (mod p_i)),
+    reconstructed and rounded by crt_store, as crt_round does from its residues: the same integer X, so the
+    unfused form's bits."""
+    var M = args.size(0)
+    var N = args.size(1)
+    var splits = args.size(5)
+    comptime tile = FusedTile[columns]
+    var tiles = fused_tiles(M, N, columns)
+    var column_tiles = (N + columns - 1) // columns
+    var row0 = tile_index // column_tiles * FUSED_ROWS
+    var column0 = tile_index % column_tiles * columns
+    var tid = Int(thread_idx.x)
+    var lane = tid % 32
+    var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
+    var a_exponents = args.i32(3)
+    var b_exponents = args.i32(4)
+    for w in range(tile.words):
+        var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
+        for split in range(splits):
+            var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
+            comptime for i in range(moduli):
+                var word = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
+                comptime for j in range(4):
+                    residues[16 * j + i] += (word >> UInt32(8 * j)) & 0xFF
+        comptime for j in range(4):
+            var m = row + 8 * (j // 2)
+            var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
+            if m < M and n < N:
+                crt_store[moduli](args.f32(0), m * N + n, residues.slice[16, offset=16 * j](),
+                                  a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
+
+
+@always_inline
+def exact_fused_wide[moduli: Int](task: Int, args: Args):
+    """exact_fused_tile on tiles of 128 × 256 outputs."""
+    exact_fused_tile[moduli, 256](task, args)
+
+
+@always_inline
+def exact_fused_narrow[moduli: Int](task: Int, args: Args):
+    """exact_fused_tile on tiles of 128 × 128 outputs."""
+    exact_fused_tile[moduli, 128](task, args)
+
+
+def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
+    """The outputs of tile `task` (128 × 128) of a product whose k exact_fused_tile split: reconstruct_tile."""
+    reconstruct_tile[moduli, 128](task, args)
+
+
+def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
+                                b_exponents: Int, residues: Int, M: Int, N: Int, K: Int, bits: Int,
+                                accumulate: Bool, splits: Int) raises:
+    """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × fused_columns
+    outputs and a range of k (`splits` of them, then exact_fused_splits_summed if more than one); `residues`
+    holds fused_scratch_bytes(M, N, K, moduli, splits)."""
+    var args = Args.empty()  # EXACT_FUSED
+    args.addresses[0] = Int64(Int(c))
+    args.addresses[1] = Int64(a_residues)
+    args.addresses[2] = Int64(b_residues)
+    args.addresses[3] = Int64(a_exponents)
+    args.addresses[4] = Int64(b_exponents)
+    args.addresses[5] = Int64(residues)
+    args.sizes[0] = Int64(M)
+    args.sizes[1] = Int64(N)
+    args.sizes[2] = Int64(K)
+    args.sizes[3] = Int64(bits)
+    args.sizes[4] = Int64(1 if accumulate else 0)
+    args.sizes[5] = Int64(splits)
+    if fused_columns(K, splits) == 256:
+        launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_wide, FusedTile[256].shared_bytes](
+            dev, fused_tiles(M, N, 256), args
+        )
+        return
+    launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_narrow, FusedTile[128].shared_bytes](
+        dev, splits * fused_tiles(M, N, 128), args
+    )
+    if splits > 1:
+        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_splits_summed](dev, fused_tiles(M, N, 128), args)
+
+
 # ---- the CPU's residue form: moduli below 2^12, int16 planes, pairs multiplied and added in int32 ---------------
 #
 # The CPU finds the same X from residues modulo the 8 WIDE_MODULI, primes below 2^12 whose product P ≈ 2^95.9 exceeds
@@ -821,7 +1253,7 @@ def wide_residue_product[transpose_a: Bool, transpose_b: Bool](
     wide_planes(dev, a_planes, a_exponents, partial, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
     wide_planes(dev, b_planes, b_exponents, partial, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
     wide_products(dev, sums, a_planes, b_planes, M, N, K)
-    reconstruct[True, WIDE_COUNT](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
+    reconstruct[WIDE_COUNT, True](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
 
 def wide_planes(

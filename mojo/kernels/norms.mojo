@@ -1,36 +1,47 @@
 """Row kernels: RMSNorm, softmax, cross-entropy, and column sums (one body per row or column).
 
-RMSNorm over a row x of width W with gain w:
+RMSNorm over a row x of width W with gain w (x = the residual sum x + residual, when one is given):
     r = 1/√(Σx²/W + ε)            y = x·r·w
     backward, with ĝ = dy·w:      dx = r·(ĝ − x·r²·Σ(ĝ·x)/W)      dw = Σ_rows dy·x·r
 Softmax over a row:
     y = e^(x−max)/Σe^(x−max)      dx = y·(dy − Σ dy·y)
 Cross-entropy of a row of logits z against target t (t < 0: ignored, loss 0, no gradient):
     loss = log Σ e^z − z_t        dz = (softmax(z) − onehot(t))·scale
-Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm is a row kernel
-(`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
+Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm and cross-entropy are row
+kernels (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
 columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order.
 Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
-from engine.launch import Args, Interface
-from engine.reduction import canonical_reduce, canonical_reduce_lanes, row_max, row_reduce, row_stride
+from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_grouped
+from engine.reduction import (
+    LANES, canonical_reduce, canonical_reduce_lanes, row_max, row_max_of, row_reduce, row_stride,
+)
 from engine import numerics
 
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
 
 
-comptime RMSNORM_FORWARD = Interface("y rstd x weight", "width", "eps")
+comptime RMSNORM_FORWARD = Interface("y rstd x weight residual h", "width", "eps")
 
 
 def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
+    """With a residual (optional), the norm of h = x + residual, which h keeps: the residual add and the norm in
+    one pass, each sum computed as `add` computes it. Each caller writes the columns of h it reads back (lane l:
+    l, l+32, …), so no thread reads another's store."""
     var W = args.size(0)
     var y = args.f32(0).unsafe_offset(r * W)
     var rstd_out = args.f32(1)
     var x = args.f32(2).unsafe_offset(r * W)
     var w = args.f32(3)
     var eps = args.scalar(0)
+    if args.given(4):
+        var residual = args.f32(4).unsafe_offset(r * W)
+        var h = args.f32(5).unsafe_offset(r * W)
+        for i in range(lane, W, row_stride[warp]()):
+            h.unsafe_store(i, x.unsafe_load(i) + residual.unsafe_load(i))
+        x = h
 
     def square(i: Int) {imm x} -> Float32:
         var v = x.unsafe_load(i)
@@ -43,13 +54,15 @@ def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
         y.unsafe_store(i, (x.unsafe_load(i) * rstd) * w.unsafe_load(i))
 
 
-comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width", "")
+comptime RMSNORM_BACKWARD = Interface("dx dweight_rows dy x weight rstd", "width accumulate", "")
 
 
 def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
     """dweight_rows = dy·x·r per row, summed over rows by the column sums. dx may be dy (in place): each
-    column is read before it is written, by the thread that writes it."""
+    column is read before it is written, by the thread that writes it. With accumulate, dx = dx + the norm's dx
+    (the residual stream's gradient taking the norm's: `add`'s sum, in the same pass)."""
     var W = args.size(0)
+    var accumulate = args.flag(1)
     var dx = args.f32(0).unsafe_offset(r * W)
     var dw_rows = args.f32(1).unsafe_offset(r * W)
     var dy = args.f32(2).unsafe_offset(r * W)
@@ -65,7 +78,10 @@ def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
     for i in range(lane, W, row_stride[warp]()):
         var xi = x.unsafe_load(i)
         var gi = dy.unsafe_load(i)
-        dx.unsafe_store(i, rstd * (gi * w.unsafe_load(i) - xi * coefficient))
+        var value = rstd * (gi * w.unsafe_load(i) - xi * coefficient)
+        if accumulate:
+            value = dx.unsafe_load(i) + value
+        dx.unsafe_store(i, value)
         dw_rows.unsafe_store(i, gi * (xi * rstd))
 
 
@@ -108,26 +124,29 @@ def softmax_backward(r: Int, args: Args):
 comptime CROSS_ENTROPY = Interface("losses dlogits logits targets", "vocab", "grad_scale")
 
 
-def cross_entropy(r: Int, args: Args):
-    """dlogits is optional: without it only the losses are written."""
+def cross_entropy[warp: Bool](r: Int, lane: Int, args: Args):
+    """dlogits is optional: without it only the losses are written. A row kernel: on a GPU a warp takes a row
+    (thread l the canonical sum's lane l and the columns l, l+32, …), so its 2·V exponentials are not one thread's
+    chain of loads and stores (a thread a row took 67 µs over the byte LM's 256 logits)."""
     var V = args.size(0)
     var losses = args.f32(0)
     var z = args.f32(2).unsafe_offset(r * V)
     var target = Int(args.i32(3).unsafe_load(r))
     var grad_scale = args.scalar(0)
-    var m = row_max(z, V)
+    var m = row_max_of[warp](z, V, lane)
 
     def shifted_exp(i: Int) {imm z, imm m} -> Float32:
         return numerics.exp(z.unsafe_load(i) - m)
 
-    var total = canonical_reduce(shifted_exp, V)
-    var loss = Float32(0)
-    if target >= 0:
-        loss = (numerics.log(total) + m) - z.unsafe_load(target)
-    losses.unsafe_store(r, loss)
+    var total = row_reduce[warp](shifted_exp, V, lane)
+    if lane == 0:
+        var loss = Float32(0)
+        if target >= 0:
+            loss = (numerics.log(total) + m) - z.unsafe_load(target)
+        losses.unsafe_store(r, loss)
     if args.given(1):
         var dz = args.f32(1).unsafe_offset(r * V)
-        for i in range(V):
+        for i in range(lane, V, row_stride[warp]()):
             var g = Float32(0)
             if target >= 0:
                 var p = numerics.exp(z.unsafe_load(i) - m) / total
@@ -167,6 +186,35 @@ def column_partial_sums[w: SIMDLength](task: Int, args: Args):
             return x.unsafe_load[width=w]((begin + i) * C + column)
 
         partial.unsafe_store(task, canonical_reduce_lanes[w](values, min(length, R - begin)))
+
+
+def column_partial_sums_warp(task: Int, lane: Int, args: Args):
+    """column_partial_sums[1]'s task on a GPU warp: thread l adds the canonical sum's lane l (the chunk's rows l,
+    l+32, …), then the warp folds the lanes (`row_reduce`). One thread a task read its column's rows one after
+    another, a stride of C floats apart; a warp has 32 of them in flight."""
+    var partial = args.f32(0)
+    var x = args.f32(1)
+    var R = args.size(0)
+    var C = args.size(1)
+    var length = args.size(2)
+    var column = task % C
+    var begin = (task // C) * length
+
+    def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
+        return x.unsafe_load((begin + i) * C + column)
+
+    var total = row_reduce[True](value, min(length, R - begin), lane)
+    if lane == 0:
+        partial.unsafe_store(task, total)
+
+
+def launch_column_partial_sums(dev: DevicePtr, n: Int, args: Args) raises:
+    """Stage 1 over its n (chunk, column) tasks: a GPU warp a task (column_partial_sums_warp), the CPU w columns a
+    call (column_partial_sums[w], through launch_elements). The same sums in the same order either way."""
+    if dev[].is_gpu():
+        launch_grouped[LANES, column_partial_sums_warp, column_partial_sums[1]](dev, n, args)
+    else:
+        launch_elements[column_partial_sums](dev, n, args)
 
 
 comptime COLUMN_SUMS_FINISH = Interface("out partial", "chunks columns accumulate", "")

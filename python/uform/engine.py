@@ -204,12 +204,16 @@ class Buffer:
         else:
             self.address = view_of.address + offset * dtype.itemsize
 
-    def view(self, offset: int, shape) -> Buffer:
-        """The elements [offset, offset + prod(shape)) of this buffer as a buffer of `shape` (no copy).
+    def view(self, offset: int, shape, dtype=None) -> Buffer:
+        """The elements [offset, offset + prod(shape)) of this buffer as a buffer of `shape` (no copy); with
+        `dtype`, read as that dtype of the same size (a language-model step's one upload holds float32 scalars
+        among its int32 ids).
 
-        Kernels read and write any view; copies to and from the host take an allocation or a view of its
-        first elements (offset 0), such as the first rows a step uses of a buffer sized for the most."""
-        view = Buffer(self.device, shape, self.dtype, view_of=self, offset=offset)
+        Kernels read and write any view, and so do copies to and from the host."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"a {self.dtype} buffer cannot be viewed as {dtype}: their sizes differ")
+        view = Buffer(self.device, shape, dtype, view_of=self, offset=offset)
         if offset < 0 or offset + view.size > self.size:
             raise ValueError(f"view [{offset}, {offset + view.size}) is outside a buffer of {self.size} values")
         return view
@@ -222,27 +226,27 @@ class Buffer:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def _whole_allocation(self, action: str) -> None:
+    def _root(self) -> Buffer:
+        """The allocation this buffer is or views."""
         root = self
         while root.owner is not None:
             root = root.owner
-        if root.address != self.address:
-            raise ValueError(f"cannot {action} a view past an allocation's start; {action} the buffer it views")
+        return root
 
     def write(self, array) -> None:
-        self._whole_allocation("write")
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.size != self.size:
             raise ValueError(f"cannot write {array.size} values into a buffer of shape {self.shape}")
+        root = self._root()
         with self.device.lock:
-            self.device._handle.upload(self.address, array.ctypes.data, self.nbytes)
+            self.device._handle.upload(root.address, self.address - root.address, array.ctypes.data, self.nbytes)
 
     def numpy(self) -> np.ndarray:
-        self._whole_allocation("read")
         out = np.empty(self.shape, self.dtype)
+        root = self._root()
         self.device.work_before_waiting()
         with self.device.lock:
-            self.device._handle.download(out.ctypes.data, self.address, self.nbytes)
+            self.device._handle.download(out.ctypes.data, root.address, self.address - root.address, self.nbytes)
         return out
 
     def __del__(self):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections import defaultdict
 
@@ -222,21 +223,29 @@ def _scratch_bytes(device, nbytes: int) -> Buffer:
 
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
                transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False,
-               residues: bool = False) -> None:
+               residues: bool | str = False, splits: int = 0) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
-    yet the trainers' GEMM; layouts as ``gemm``. ``residues`` picks the residue form (the fast one on either
-    device: int8 residues on a GPU's tensor cores, int16 residues and AVX2 on the CPU) over the plain limb form;
-    both give the same bits."""
+    yet the trainers' GEMM; layouts as ``gemm``. Three forms, the same bits: the limb form (``residues=False``),
+    the residue form (``True``: on a GPU int8 residue planes, their products on cuBLAS, then the reconstruction;
+    on the CPU int16 residue planes and AVX2, the fastest exact form there) and ``residues="fused"``, whose plane
+    products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
+    ``splits`` ranges (0: the kernel's own choice; the bits never depend on it); the CPU has no fused kernel and
+    runs its residue form for it."""
     if k > EXACT_GEMM_MAX_K:
         raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
+    forms = {False: _engine.gemm_exact, True: _engine.gemm_exact_residues, "fused": _engine.gemm_exact_fused}
+    product = forms.get(residues)
+    if product is None:
+        raise ValueError(f"gemm_exact: residues must be False, True or 'fused', got {residues!r}")
+    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 0:
+        raise ValueError(f"gemm_exact: splits must be an int >= 0, got {splits!r}")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
-    if residues and device.is_gpu:
+    if product is _engine.gemm_exact_residues and device.is_gpu:
         load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
-    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, device.is_gpu))
-    product = _engine.gemm_exact_residues if residues else _engine.gemm_exact
+    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, device.is_gpu))
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), 0, 0, workspace.address, 0)
+          bool(transpose_b), bool(accumulate), 0, 0, workspace.address, splits)
 
 
 def cast_bf16(y: Buffer, x: Buffer) -> None:
@@ -282,25 +291,36 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
 
 # ---- rows ------------------------------------------------------------------------------------
 
-def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float) -> None:
-    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…)."""
+def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
+                    h: Buffer | None = None) -> None:
+    """y = x / √(mean(x²) + eps) · weight over rows of width weight.size; rstd keeps 1/√(…). With a residual, the
+    norm of h = x + residual, written to h in the same pass: the bits of ``add(h, x, residual)`` then the norm
+    of h."""
     width = weight.size
     rows = x.size // width
     _expect(x, "x", rows * width)
     _expect(y, "y", rows * width)
     _expect(rstd, "rstd", rows)
-    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, width=width, eps=eps)
+    if (residual is None) != (h is None):
+        raise ValueError("rmsnorm_forward takes residual and h together")
+    if residual is not None:
+        _expect(residual, "residual", rows * width)
+        _expect(h, "h", rows * width)
+    _launch("rmsnorm_forward", rows, y=y, rstd=rstd, x=x, weight=weight, residual=residual, h=h, width=width,
+            eps=eps)
 
 
-def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer) -> None:
-    """dx of RMSNorm, and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
+def rmsnorm_backward(dx: Buffer, dweight_rows: Buffer, dy: Buffer, x: Buffer, weight: Buffer, rstd: Buffer, *,
+                     accumulate: bool = False) -> None:
+    """dx of RMSNorm (accumulate: dx += it, in the same pass: the bits of the norm's dx, then ``add(dx, dx, ·)``),
+    and dweight_rows = dy·x·rstd per row (sum it with column_sum for dweight)."""
     width = weight.size
     rows = x.size // width
     for name, buffer in (("dx", dx), ("dweight_rows", dweight_rows), ("dy", dy)):
         _expect(buffer, name, rows * width)
     _expect(rstd, "rstd", rows)
     _launch("rmsnorm_backward", rows, dx=dx, dweight_rows=dweight_rows, dy=dy, x=x, weight=weight, rstd=rstd,
-            width=width)
+            width=width, accumulate=accumulate)
 
 
 def rmsnorm_bf16(y16: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
@@ -538,9 +558,11 @@ def embedding_forward(out: Buffer, table: Buffer, ids: Buffer, width: int, *, ro
 def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Tokens grouped by id for the backward: a stable order and CSR offsets (int32); with row_length, grouped
     by (packed row of row_length tokens, id), offsets over rows × vocab_size groups."""
-    ids = np.asarray(ids).reshape(-1).astype(np.int64)
-    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids
+    ids = np.asarray(ids).reshape(-1)
+    keys = ids if not row_length else np.arange(ids.size) // row_length * vocab_size + ids.astype(np.int64)
     groups = vocab_size if not row_length else -(-ids.size // row_length) * vocab_size
+    if groups <= 65536:  # numpy's stable sort of 8- or 16-bit keys is a radix sort: the same order, in linear time
+        keys = keys.astype(np.uint8 if groups <= 256 else np.uint16)
     order = np.argsort(keys, kind="stable").astype(np.int32)
     offsets = np.zeros(groups + 1, np.int32)
     np.cumsum(np.bincount(keys, minlength=groups), out=offsets[1:])
@@ -635,7 +657,7 @@ def adamw_step_scalars(*, step: int, lr: float, betas: tuple[float, float], weig
     if step < 1:
         raise ValueError(f"AdamW step counts from 1, got {step}")
     beta1, beta2 = betas
-    return np.array([lr / (1.0 - beta1 ** step), np.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
+    return np.array([lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step), 1.0 - lr * weight_decay], np.float32)
 
 
 def adamw(params: Buffer, grads: Buffer, m: Buffer, v: Buffer, *, step: int, lr: float,

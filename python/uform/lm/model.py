@@ -8,8 +8,8 @@ blocks are ``uform.nn.TransformerStack``; the float64 twin of this model is
 A training step of a resident session in identical mode is replayed from a plan (``Device.record``):
 the launches of the forward, the loss, the backward, the gradient check and the update, recorded once
 per geometry; what changes from step to step (ids, targets, the embedding backward's grouping, AdamW's
-step scalars) is written to their buffers before each replay, and the update reads the device's own
-verdict on the step (``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
+step scalars) is written before each replay in one upload (``StepUpload``), and the update reads the
+device's own verdict on the step (``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
 (the default: a device graph on a GPU, the loop of launches on the CPU), "loop", or "off" (each launch
 from Python, as evaluation and fast mode always run).
 """
@@ -31,14 +31,48 @@ from ..training.errors import value_error
 from .config import LanguageModelConfig, parameter_registry
 
 
+class StepUpload:
+    """What a replayed step reads that changes from step to step, laid end to end in one int32 allocation that one
+    upload writes: the inputs' ids, the targets, the embedding backward's grouping (``TokenInputs.write_groups``:
+    order and offsets) and AdamW's step scalars (float32, [2, 3]: ``ResidentState.step_scalars``). ``views`` are
+    the parts on the device, by name; ``write`` fills the host copy and uploads it."""
+
+    def __init__(self, device: Device, batch: int, length: int, vocabulary: int):
+        n = batch * length
+        parts = (("ids", (n,), np.int32), ("targets", (n,), np.int32), ("order", (n,), np.int32),
+                 ("offsets", (vocabulary + 1,), np.int32), ("scalars", (2, 3), np.float32))
+        self.host = np.empty(sum(int(np.prod(shape)) for _, shape, _ in parts), np.int32)
+        self.buffer = device.empty(self.host.size, np.int32)
+        self.views: dict[str, Buffer] = {}
+        self._host: dict[str, np.ndarray] = {}
+        start = 0
+        for name, shape, dtype in parts:
+            size = int(np.prod(shape))
+            self.views[name] = self.buffer.view(start, shape, dtype)
+            self._host[name] = self.host[start:start + size].view(dtype).reshape(shape)
+            start += size
+        self._rows, self._vocabulary = (batch, length), vocabulary
+
+    def write(self, ids: np.ndarray, scalars: np.ndarray) -> None:
+        """The parts of a step on ids (B, T + 1) with AdamW's `scalars`, in one upload."""
+        part = self._host
+        part["ids"].reshape(self._rows)[:] = ids[:, :-1]
+        part["targets"].reshape(self._rows)[:] = ids[:, 1:]
+        part["order"][:], part["offsets"][:] = K.embedding_groups(ids[:, :-1], self._vocabulary)
+        part["scalars"][:] = scalars
+        self.buffer.write(self.host)
+
+
 @dataclass
 class BatchBuffers:
     """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation), the
-    next-byte head, and a replayed step's outcome: the head's losses, then the device's verdict on the step,
-    read back in one download."""
+    next-byte head, a replayed step's inputs (its ids, targets and grouping are the tokens' and the head's
+    buffers) and its outcome: the head's losses, then the device's verdict on the step, read back in one
+    download."""
 
     tokens: TokenInputs
     head: CrossEntropyHead
+    upload: StepUpload
     outcome: Buffer
     step: Plan | None = None  # the training step's launches, once recorded
 
@@ -77,12 +111,15 @@ class DeviceModel(ResidentState):
     def _allocate(self, key: tuple[int, int]) -> BatchBuffers:
         batch, length = key
         n, vocabulary = batch * length, self.shape.vocab_size
-        tokens = TokenInputs.allocate(self.device, n, vocabulary)
+        upload = StepUpload(self.device, batch, length, vocabulary)
+        part = upload.views
+        tokens = TokenInputs.allocate(self.device, n, vocabulary, ids=part["ids"], order=part["order"],
+                                      offsets=part["offsets"])
         tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
         tokens.spans.write(K.attention_spans(n, length))
         outcome = self.device.empty(n + 1)
-        return BatchBuffers(tokens=tokens, outcome=outcome,
-                            head=CrossEntropyHead.allocate(self.device, n, vocabulary, losses=outcome.view(0, n)))
+        head = CrossEntropyHead.allocate(self.device, n, vocabulary, losses=outcome.view(0, n), targets=part["targets"])
+        return BatchBuffers(tokens=tokens, head=head, upload=upload, outcome=outcome)
 
     def forward(self, inputs: np.ndarray) -> BatchBuffers:
         """Logits of inputs (B, T) int32 into the head's buffers, keeping what the backward needs."""
@@ -133,21 +170,19 @@ class DeviceModel(ResidentState):
         verdict (``update_launches``). Answers the per-position losses and whether the device took the update,
         read in one download: the step's one wait (the check's sums stay for ``summed_gradient_problem``). The
         same launches as forward, losses, backward, gradient_problem and adamw, all run whatever the verdict."""
-        inputs, targets = ids[:, :-1], ids[:, 1:]
-        buffers = self.buffers(*inputs.shape)
-        buffers.tokens.ids.write(inputs.reshape(-1))
-        buffers.head.targets.write(targets.reshape(-1))
-        buffers.tokens.write_groups(inputs, self.shape.vocab_size)
-        self.write_step_scalars(step=step, lr=lr)
+        batch, length = ids.shape[0], ids.shape[1] - 1
+        buffers = self.buffers(batch, length)
+        buffers.upload.write(ids, self.step_scalars(step=step, lr=lr))
         if buffers.step is None:
             def launches():
                 self._forward(buffers)
-                buffers.head.cross_entropy(grad_scale=1.0 / targets.size, with_gradient=True)
+                buffers.head.cross_entropy(grad_scale=1.0 / (batch * length), with_gradient=True)
                 self._backward(buffers)
-                self.update_launches(buffers.head.losses, buffers.outcome.view(inputs.size, 1))
+                self.update_launches(buffers.head.losses, buffers.outcome.view(batch * length, 1),
+                                     buffers.upload.views["scalars"])
 
             # The plan keeps the stack's buffers it reads alive, even should the stack's cache drop them.
-            buffers.step = self.device.record(launches, keep=(self.stack.buffers(inputs.size),),
+            buffers.step = self.device.record(launches, keep=(self.stack.buffers(batch * length),),
                                               graph=self.plans == "graph")
         buffers.step.run()
         outcome = buffers.outcome.numpy()

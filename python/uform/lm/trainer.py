@@ -168,7 +168,7 @@ class LanguageModelTrainer:
         array = np.asarray(ids)
         if array.ndim != 2:
             raise value_error(f"{what}: ids must be 2-D (batch, positions), got shape {array.shape}")
-        if not np.issubdtype(array.dtype, np.integer):
+        if array.dtype.kind not in "iu":  # numpy's signed and unsigned integers (np.integer)
             raise value_error(f"{what}: ids must be integers, got {array.dtype}")
         batch, positions = array.shape
         if positions != length:
@@ -466,7 +466,7 @@ SmallByteLanguageModelTrainer = LanguageModelTrainer
 
 def mean_loss(losses: np.ndarray) -> float:
     """The mean of per-position float32 losses, summed in float64."""
-    return float(np.sum(losses, dtype=np.float64) / losses.size)
+    return float(losses.sum(dtype=np.float64)) / losses.size
 
 
 def state_numerics(state: dict) -> str:

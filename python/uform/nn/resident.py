@@ -12,6 +12,7 @@ and both checkpoint formats write and read a ``HostState``.
 
 from __future__ import annotations
 
+import _signal
 import math
 import signal
 import threading
@@ -76,12 +77,14 @@ def applied_whole():
         yield
         return
     held = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    # The C function beneath signal.signal: the same handler swap without its enum conversions, which cost
+    # about 8 µs a swap (a step of the byte LM on a GPU takes a few hundred).
+    previous = _signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if held and previous is signal.SIG_DFL:
+        _signal.signal(signal.SIGINT, previous)
+        if held and previous == signal.SIG_DFL:
             signal.raise_signal(signal.SIGINT)
         elif held and callable(previous):
             previous(signal.SIGINT, held[0])
@@ -164,7 +167,7 @@ class ResidentState:
         that only runs forward passes, in a third of the memory. numerics: the run's numeric mode; `fast`
         says whether its fast-mode kernels run (fast mode on a GPU), else every kernel is identical.
         plans: how the model's steps replay (``uform.lm.model.step_plans``): "off" (launched from Python), "loop"
-        or "graph"; with plans, ``update_launches`` and ``write_step_scalars`` serve the step's plan."""
+        or "graph"; with plans, ``update_launches`` and ``step_scalars`` serve the step's plan."""
         self.device = device
         self.plans = plans
         self.numerics = numerics
@@ -181,8 +184,6 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
-            # AdamW's step scalars for a replayed update: a row for the runs that decay, a row for the rest
-            self._step_scalars = device.empty((2, 3))
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -228,29 +229,32 @@ class ResidentState:
             return f"a gradient value is too large to square in float32 (a column sums to {largest})"
         return None
 
-    def adamw(self, *, step: int, lr: float, verdict: Buffer | None = None) -> None:
+    def adamw(self, *, step: int, lr: float, verdict: Buffer | None = None, step_scalars: Buffer | None = None) -> None:
         """One AdamW update of every parameter from the gradient, one launch per decay run, in flat order. With a
-        verdict (a replayed update, ``update_launches``): the step's scalars read from what ``write_step_scalars``
-        wrote, whatever step and lr say, and nothing done on a refused verdict."""
+        verdict (a replayed update, ``update_launches``): the step's scalars read from `step_scalars` [2, 3] (what
+        ``step_scalars`` answers, written before each replay), whatever step and lr say, and nothing done on a
+        refused verdict."""
         hyper = self.optimizer
         for run in self.decay_runs:
             K.adamw(self.parameters.view(run.offset, run.size), self.gradients.view(run.offset, run.size),
                     self.m.view(run.offset, run.size), self.v.view(run.offset, run.size), step=step, lr=lr,
                     betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay if run.decays else 0.0,
-                    step_scalars=None if verdict is None else self._step_scalars.view(0 if run.decays else 3, 3),
+                    step_scalars=None if verdict is None else step_scalars.view(0 if run.decays else 3, 3),
                     verdict=verdict)
 
-    def update_launches(self, losses: Buffer, verdict: Buffer) -> None:
+    def update_launches(self, losses: Buffer, verdict: Buffer, step_scalars: Buffer) -> None:
         """A replayed step's check and update, as launches for its plan: the gradient's sums (``sum_gradient``),
         the device's verdict on them and on the step's `losses` into `verdict` (``kernels.step_verdict``: 1 when
-        ``summed_gradient_problem`` and the losses' check would pass on the host, else 0), and AdamW reading the
-        scalars ``write_step_scalars`` wrote and doing nothing on a refused verdict."""
+        ``summed_gradient_problem`` and the losses' check would pass on the host, else 0), and AdamW reading its
+        scalars from `step_scalars` [2, 3] (written before each replay: ``step_scalars``) and doing nothing on a
+        refused verdict."""
         self.sum_gradient()
         K.step_verdict(verdict, losses, self._guard_sums)
-        self.adamw(step=1, lr=0.0, verdict=verdict)
+        self.adamw(step=1, lr=0.0, verdict=verdict, step_scalars=step_scalars)
 
-    def write_step_scalars(self, *, step: int, lr: float) -> None:
-        """The scalars of `step` at `lr` for the update that update_launches recorded, before its replay."""
+    def step_scalars(self, *, step: int, lr: float) -> np.ndarray:
+        """AdamW's scalars of `step` at `lr` for the update update_launches recorded, [2, 3] float32: a row for the
+        runs that decay, a row for the rest (``kernels.adamw_step_scalars``)."""
         hyper = self.optimizer
-        self._step_scalars.write([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
-                                  for decay in (hyper.weight_decay, 0.0)])
+        return np.array([K.adamw_step_scalars(step=step, lr=lr, betas=hyper.betas, weight_decay=decay)
+                         for decay in (hyper.weight_decay, 0.0)])

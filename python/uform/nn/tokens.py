@@ -30,13 +30,16 @@ class TokenInputs:
     id_chunks: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1, rows: int = 1) -> TokenInputs:
+    def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1, rows: int = 1, *,
+                 ids: Buffer | None = None, order: Buffer | None = None,
+                 offsets: Buffer | None = None) -> TokenInputs:
         """Buffers for n tokens; positions (n,), or (n, position_axes) for rotary positions on several axes;
-        `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups)."""
+        `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups). ids, order
+        and offsets: buffers to take instead of new ones (views of an upload they share with other inputs)."""
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
-        return cls(ids=device.empty(n, np.int32), positions=positions,
-                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
-                   offsets=device.empty(rows * vocabulary + 1, np.int32),
+        return cls(ids=device.empty(n, np.int32) if ids is None else ids, positions=positions,
+                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32) if order is None else order,
+                   offsets=device.empty(rows * vocabulary + 1, np.int32) if offsets is None else offsets,
                    chunk_starts=device.empty(-(-n // K.EMBEDDING_CHUNK) + vocabulary + 1, np.int32),
                    id_chunks=device.empty(vocabulary + 1, np.int32))
 
@@ -86,10 +89,12 @@ class CrossEntropyHead:
     losses: Buffer
 
     @classmethod
-    def allocate(cls, device: Device, n: int, vocabulary: int, *, losses: Buffer | None = None) -> CrossEntropyHead:
+    def allocate(cls, device: Device, n: int, vocabulary: int, *, losses: Buffer | None = None,
+                 targets: Buffer | None = None) -> CrossEntropyHead:
         """losses: where the losses go, if not a buffer of their own (a view at the start of a larger one, which
-        a single download then reads with what follows them)."""
-        return cls(targets=device.empty(n, np.int32), logits=device.empty((n, vocabulary)),
+        a single download then reads with what follows them); targets likewise (a view of a larger upload)."""
+        return cls(targets=device.empty(n, np.int32) if targets is None else targets,
+                   logits=device.empty((n, vocabulary)),
                    dlogits=device.empty((n, vocabulary)), losses=device.empty(n) if losses is None else losses)
 
     def forward(self, x: Buffer, weight: Buffer) -> None:

@@ -267,29 +267,24 @@ class TransformerStack:
 
     def _norm(self, y: Buffer | None, y16: Buffer | None, rstd: Buffer, x: Buffer, gain: Buffer, *,
               residual: Buffer | None = None, h: Buffer | None = None) -> None:
-        """y = rmsnorm(h)·gain, h = x + residual kept in h (or h = x without a residual); fast mode writes only
-        y's bf16 copy y16, in one pass with the add (kernels.rmsnorm_bf16: the same bits)."""
+        """y = rmsnorm(h)·gain, h = x + residual kept in h (or h = x without a residual), in one pass with the add
+        (the bits of the add, then the norm); fast mode writes only y's bf16 copy y16 (kernels.rmsnorm_bf16)."""
         eps = self.geometry.norm_eps
         if self.fast:
             K.rmsnorm_bf16(y16, rstd, x, gain, eps, residual=residual, h=h)
             return
-        if residual is not None:
-            K.add(h, x, residual)
-            x = h
-        K.rmsnorm_forward(y, rstd, x, gain, eps)
+        K.rmsnorm_forward(y, rstd, x, gain, eps, residual=residual, h=h)
 
     def _norm_backward(self, dh: Buffer, dh16: Buffer | None, dy: Buffer, x: Buffer, gain: Buffer, rstd: Buffer,
                        dgain: Buffer, work: StackWork) -> None:
-        """dh += the norm's dx for dy at its output (dy's buffer may be overwritten), dgain = its gain's gradient;
-        fast mode also writes dh's bf16 copy dh16, in one pass with the add (kernels.rmsnorm_backward_bf16)."""
+        """dh += the norm's dx for dy at its output, in one pass with the add, dgain = its gain's gradient; fast mode
+        also writes dh's bf16 copy dh16 (kernels.rmsnorm_backward_bf16)."""
         n, width = x.shape[0], self.geometry.width
         if self.fast:
             K.rmsnorm_backward_bf16(dh, dh16, work.dgain_rows, dy, x, gain, rstd)
-            K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
-            return
-        K.rmsnorm_backward(dy, work.dgain_rows, dy, x, gain, rstd)
+        else:
+            K.rmsnorm_backward(dh, work.dgain_rows, dy, x, gain, rstd, accumulate=True)
         K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
-        K.add(dh, dh, dy)
 
     def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
         g = self.geometry
