@@ -20,6 +20,18 @@ SHAPES = {
 }
 
 
+def benchmarked_shapes(quick: bool) -> list:
+    """(name, shape) of the benchmarked shapes; --quick leaves the large one out."""
+    return [(name, shape) for name, shape in SHAPES.items() if not (quick and name == "large")]
+
+
+def weights_and_batches(shape, count: int):
+    """A run's initial weights and `count` batches of random bytes, from one seed (every script draws the same)."""
+    rng = np.random.default_rng(0)
+    weights = (rng.standard_normal(shape.n_total) * 0.02).astype(np.float32)
+    return weights, [rng.integers(0, 256, (shape.batch, shape.length + 1), dtype=np.int32) for _ in range(count)]
+
+
 def steps_per_second(step, batches, repeats=3) -> float:
     """Median over `repeats` of len(batches) timed steps, after a warm-up pass."""
     for ids in batches[:3]:
@@ -74,13 +86,8 @@ def torch_steps(shape, weights, batches, graphed: bool) -> float:
 def main():
     args = arguments(__doc__)
     rows = []
-    for name, shape in SHAPES.items():
-        if name == "large" and args.quick:
-            continue
-        rng = np.random.default_rng(0)
-        weights = (rng.standard_normal(shape.n_total) * 0.02).astype(np.float32)
-        count = 50 if name == "default" else 10
-        batches = [rng.integers(0, 256, (shape.batch, shape.length + 1), dtype=np.int32) for _ in range(count)]
+    for name, shape in benchmarked_shapes(args.quick):
+        weights, batches = weights_and_batches(shape, 50 if name == "default" else 10)
         # The large shape is a GPU figure; on the CPU it would take minutes.
         executors = (["cpu"] if name == "default" else []) + (["gpu:0"] if uform.gpu_count() else [])
         for executor in executors:

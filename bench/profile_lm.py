@@ -8,9 +8,7 @@ import cProfile
 import pstats
 import time
 
-import numpy as np
-
-from bench_lm import SHAPES
+from bench_lm import benchmarked_shapes, weights_and_batches
 from common import arguments, write_results
 from profile_encoder import busy_seconds
 from uform.lm import LanguageModelTrainer
@@ -22,12 +20,8 @@ def main():
     from torch.profiler import ProfilerActivity, profile
 
     rows = []
-    for name, shape in SHAPES.items():
-        if name == "large" and args.quick:
-            continue
-        rng = np.random.default_rng(0)
-        weights = (rng.standard_normal(shape.n_total) * 0.02).astype(np.float32)
-        batches = [rng.integers(0, 256, (shape.batch, shape.length + 1), dtype=np.int32) for _ in range(20)]
+    for name, shape in benchmarked_shapes(args.quick):
+        weights, batches = weights_and_batches(shape, 20)
         trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, executor="gpu:0", resident=True)
         for ids in batches[:5]:
             trainer.train_step(ids)
