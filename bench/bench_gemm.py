@@ -2,8 +2,10 @@
 PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU): the engine's bf16
 tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
 to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue form (and the limb form where
-affordable) against PyTorch fp32 (TF32 off) and the identical fma GEMM at the same shapes; `--exact-only` runs
-these rows alone. Figure: bench/RESULTS.md."""
+affordable) against PyTorch fp32 (TF32 off) and the identical fma GEMM at the same shapes; on the CPU both forms
+against the fma GEMM and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
+
+import time
 
 import numpy as np
 
@@ -109,6 +111,44 @@ def exact_rows(shapes):
     return rows
 
 
+# The CPU exact GEMM's shapes: m, n, k and whether A is stored transposed.
+CPU_EXACT_SHAPES = [(256, 256, 256, False), (512, 512, 512, False), (1024, 128, 512, False), (512, 512, 512, True)]
+
+
+def settled(run, synchronize):
+    """median_seconds after a pause: the engine's and OpenBLAS's worker threads spin for a while after a call
+    (OpenBLAS's about 0.1 s), which on a small machine takes the cores from whatever runs next."""
+    time.sleep(0.3)
+    return median_seconds(run, synchronize, repeats=5)
+
+
+def cpu_exact_rows(shapes):
+    """GFLOP/s of the exact GEMM's two forms, the fma GEMM and numpy's float32 product on the CPU, each the median of
+    5 runs, and whether the forms gave the same bits."""
+    device = uform.Device.cpu()
+    rows = []
+    for m, n, k, transpose_a in shapes:
+        rng = np.random.default_rng(m + n + k)
+        a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
+        gflop = 2 * m * n * k / 1e9
+        row = {"device": "cpu", "mode": "exact", "m": m, "n": n, "k": k, "transpose_a": transpose_a}
+        bits = []
+        for name, residues in (("exact_limbs_gflops", False), ("exact_residues_gflops", True)):
+            seconds = settled(lambda: K.gemm_exact(cb, ab, bb, m, n, k, transpose_a=transpose_a, residues=residues),
+                              device.synchronize)
+            row[name] = round(gflop / seconds, 2)
+            bits.append(cb.numpy().view(np.uint32).copy())
+        row["forms_same_bits"] = bool(np.array_equal(bits[0], bits[1]))
+        fma = settled(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize)
+        op_a = a.T if transpose_a else a
+        theirs = settled(lambda: op_a @ b, lambda: None)
+        row.update({"uform_fma_gflops": round(gflop / fma, 1), "numpy_gflops": round(gflop / theirs, 1)})
+        rows.append(row)
+    return rows
+
+
 def cpu_rows(sizes):
     device = uform.Device.cpu()
     rows = []
@@ -123,12 +163,15 @@ def cpu_rows(sizes):
 
 def main():
     options = parser(__doc__)
-    options.add_argument("--exact-only", action="store_true", help="the exact GEMM's rows alone (GPU)")
+    options.add_argument("--exact-only", action="store_true", help="the exact GEMM's rows alone")
     args = options.parse_args()
+    rows = cpu_exact_rows(CPU_EXACT_SHAPES[:1] if args.quick else CPU_EXACT_SHAPES)
     if args.exact_only:
-        write_results(args.out, "gemm_exact", exact_rows(EXACT_SHAPES[:1] if args.quick else EXACT_SHAPES))
+        if uform.gpu_count() > 0:
+            rows += exact_rows(EXACT_SHAPES[:1] if args.quick else EXACT_SHAPES)
+        write_results(args.out, "gemm_exact", rows)
         return
-    rows = cpu_rows([256, 512] if args.quick else [512, 1024, 2048])
+    rows += cpu_rows([256, 512] if args.quick else [512, 1024, 2048])
     if uform.gpu_count() > 0:
         rows += exact_rows(EXACT_SHAPES[:1] if args.quick else EXACT_SHAPES)
         rows += gpu_rows([1024] if args.quick else [4096, 8192])

@@ -254,8 +254,8 @@ def exact_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: Produ
 
 
 def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The exact GEMM's tensor-core form (kernels/gemm_exact.mojo): the same value from residues modulo the
-    primes; the workspace holds the residue planes and their products."""
+    """The exact GEMM's residue form (kernels/gemm_exact.mojo): the same value from residues modulo primes (the
+    GPU's on its tensor cores, the CPU's with vpmaddwd); the workspace holds the residue planes and their products."""
     gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
                                                                 p.workspace)
 
@@ -273,14 +273,16 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def gemm_exact_workspace(M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace an exact M×N×K product needs, in any form (the fused one's k in `splits` ranges, 0
-    its own choice)."""
+def gemm_exact_workspace(
+    M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, gpu: PythonObject
+) raises -> PythonObject:
+    """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in any form (the fused one's k in
+    `splits` ranges, 0 its own choice)."""
     var m = Int(py=M)
     var n = Int(py=N)
     var k = Int(py=K)
-    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k),
-                            gemm_exact.residue_workspace_bytes(m, n, k, Int(py=splits))))
+    var residues = gemm_exact.residue_workspace_bytes(m, n, k, Int(py=splits), Bool(py=gpu))
+    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), residues))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,

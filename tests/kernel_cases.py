@@ -672,7 +672,8 @@ def all_cases():
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
     for m, n, k, ta, tb, acc, spread in ((1, 1, 1, False, False, False, 1.0), (7, 5, 33, False, False, True, 2.0),
                                          (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
-                                         (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0)):
+                                         (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0),
+                                         (13, 35, 1100, True, False, True, 1.0), (50, 20, 600, False, True, False, 2.0)):
         for residues in (False, True, "fused"):
             form = "fused" if residues == "fused" else f"residues{int(residues)}"
             cases.append((f"gemm_exact-{m}x{n}x{k}-t{int(ta)}{int(tb)}-acc{int(acc)}-{form}",

@@ -68,10 +68,14 @@ def test_exact_gemm_gives_its_definitions_bits(device, k):
                                               (9, 6, 300, True, False, False), (5, 8, 700, False, True, True),
                                               (40, 36, 50, False, True, True), (40, 70, 100, False, False, False),
                                               (70, 33, 130, True, False, False), (3, 2, 70000, False, False, False),
-                                              (4, 3, 140000, False, False, True)])
+                                              (4, 3, 140000, False, False, True), (13, 35, 1100, True, False, True),
+                                              (50, 20, 600, False, True, False), (200, 17, 530, False, False, True),
+                                              (9, 40, 66000, True, False, False)])
 def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, tb, acc):
     """The tensor-core forms (residues modulo the primes, the weighted-sum reconstruction; unfused, and fused into
-    one kernel on a GPU) equal the limb form bit for bit, k past one int32 chunk (2^16) included, NaN lines too."""
+    one kernel on a GPU) equal the limb form bit for bit, k past one int32 chunk (2^16) included, NaN lines too; on
+    the CPU, which runs its own residue form for both, shapes past its plane products' tiles (5 rows, 16 columns,
+    blocks of 256 k, runs of rows) and both transposes."""
     rng = np.random.default_rng(m * n + k)
     a = ((rng.random((k, m) if ta else (m, k)) - 0.5) * np.exp(2 * rng.standard_normal((k, m) if ta else (m, k))))
     b = ((rng.random((n, k) if tb else (k, n)) - 0.5) * np.exp(2 * rng.standard_normal((n, k) if tb else (k, n))))
@@ -114,6 +118,48 @@ def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
         c = device.empty((m, n))
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues=residues)
         assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32)), residues
+
+
+@pytest.mark.parametrize("k", [1, 255, 256, 257, 4099, 70000])
+def test_exact_gemm_residues_at_the_largest_sums(device, k):
+    """Both forms give the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
+    largest below 1 (so A' = B' = 2^b − 2^(b−24) throughout), rows and columns of one sign, of the other, and
+    alternating; k across the CPU's blocks of 256 and past one GPU chunk."""
+    from uform.reference import exact_gemm
+
+    top = np.float32(np.nextafter(np.float32(1), np.float32(0)))
+    signs = np.stack([np.ones(k), -np.ones(k), (-1.0) ** np.arange(k)])
+    a = (top * signs).astype(np.float32)
+    b = (top * signs.T).astype(np.float32)
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    for residues in (False, True):
+        c = device.empty((3, 3))
+        K.gemm_exact(c, device.put(a), device.put(b), 3, 3, k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
+@pytest.mark.parametrize("k", [2, 300])
+def test_exact_gemm_rounds_at_the_edges(device, k):
+    """Both forms give the definition's bits where the one rounding is delicate: ties to even either way, just above
+    a tie, the largest finite value, a tie up to infinity, overflow, subnormal results, underflow to +0 and −0, and
+    half the smallest subnormal (each row holds two values, the rest of k zeros; the columns scale them)."""
+    from uform.reference import exact_gemm
+
+    ldexp = np.ldexp
+    rows = [(1.0, ldexp(1.0, -24)), (1 + ldexp(1.0, -23), ldexp(1.0, -24)), (1.0, ldexp(1.0, -24) + ldexp(1.0, -40)),
+            ((2 - ldexp(1.0, -23)) * ldexp(1.0, 127), 0.0), ((2 - ldexp(1.0, -23)) * ldexp(1.0, 127), ldexp(1.0, 103)),
+            (ldexp(1.0, -100), 0.0), (-ldexp(1.0, -100), 0.0), (ldexp(1.0, -90), ldexp(1.0, -112)),
+            (ldexp(1.0, -90), 0.0), (-1.0, -ldexp(1.0, -24))]
+    columns = [1.0, 4.0, ldexp(1.0, -40), ldexp(1.0, -60), -ldexp(1.0, -60)]
+    a = np.zeros((len(rows), k), np.float32)
+    a[:, :2] = np.array(rows)
+    b = np.tile(np.array(columns, np.float32), (k, 1))
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    assert np.isinf(expected.view(np.float32)).any() and (expected == 0x80000000).any()  # the edges are reached
+    for residues in (False, True):
+        c = device.empty(expected.shape)
+        K.gemm_exact(c, device.put(a), device.put(b), len(rows), len(columns), k, residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
 
 
 def test_gemm_refuses_k_ranges_it_does_not_define(device):

@@ -374,18 +374,19 @@ comptime Row8 = SIMD[DType.float32, 8]
 
 
 @always_inline
-def transposed(rows: Array[Row8, 8]) -> Array[Row8, 8]:
+def transposed[dtype: DType, //](rows: Array[SIMD[dtype, 8], 8]) -> Array[SIMD[dtype, 8], 8]:
     """The 8 × 8 block's columns: result[k][j] = rows[j][k] (pairs, then quads, then halves interleaved)."""
-    var pairs = Array[Row8, 8](fill=Row8(0))  # pairs[2i], pairs[2i+1]: rows 2i and 2i+1 interleaved
+    comptime Row = SIMD[dtype, 8]
+    var pairs = Array[Row, 8](fill=Row(0))  # pairs[2i], pairs[2i+1]: rows 2i and 2i+1 interleaved
     comptime for i in range(4):
         pairs[2 * i] = rows[2 * i].shuffle[0, 8, 1, 9, 4, 12, 5, 13](rows[2 * i + 1])
         pairs[2 * i + 1] = rows[2 * i].shuffle[2, 10, 3, 11, 6, 14, 7, 15](rows[2 * i + 1])
-    var quads = Array[Row8, 8](fill=Row8(0))  # quads[4h + c]: rows 4h … 4h+3 at k = c and c + 4
+    var quads = Array[Row, 8](fill=Row(0))  # quads[4h + c]: rows 4h … 4h+3 at k = c and c + 4
     comptime for h in range(2):
         comptime for p in range(2):
             quads[4 * h + 2 * p] = pairs[4 * h + p].shuffle[0, 1, 8, 9, 4, 5, 12, 13](pairs[4 * h + 2 + p])
             quads[4 * h + 2 * p + 1] = pairs[4 * h + p].shuffle[2, 3, 10, 11, 6, 7, 14, 15](pairs[4 * h + 2 + p])
-    var columns = Array[Row8, 8](fill=Row8(0))
+    var columns = Array[Row, 8](fill=Row(0))
     comptime for c in range(4):
         columns[c] = quads[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11](quads[4 + c])
         columns[c + 4] = quads[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15](quads[4 + c])

@@ -16,15 +16,21 @@ Two kernels, each one body for both launchers:
   stored as 16-bit limbs, v = high·2^16 + low (0 ≤ low < 2^16), k contiguous.
 - `exact_products`, one task per output: the limb products summed over k in int64 (each sum stays below
   2^62 by the choice of b), combined into a 128-bit integer, rounded once.
-This SIMT form is the definition's first, plain implementation: the tensor-core form (int8 residues modulo
-fixed primes, the Chinese remainder theorem; sections below, unfused and fused) computes the same integers
-faster. Layouts as in gemm.mojo.
+This SIMT form is the definition's first, plain implementation. The residue form computes the same integers
+faster (`gemm_exact_residues_on`, what `kernels.gemm_exact(..., residues=True or "fused")` runs): on a GPU int8
+residues modulo 11 or 12 primes below 2^8, multiplied on the tensor cores (the sections below, unfused and fused),
+on the CPU int16 residues modulo 8 primes below 2^12, multiplied by AVX2's vpmaddwd in a blocked GEMM (the last
+section); either way the Chinese remainder theorem turns the residues into the integer, rounded once as here.
+Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
 from std.memory import bitcast
-from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_gpu_teams, launch_index, launch_rows, launch_teams, sync
+from std.collections import Array
+from std.sys import llvm_intrinsic
+from engine.device import F32Ptr, I32Ptr, i32_at
+from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
+                           launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync
 from max.gpu.memory import (
@@ -34,6 +40,7 @@ from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
+from kernels.gemm import transposed
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -98,32 +105,33 @@ def exponent_of_largest(largest: UInt32) -> Int32:
     """e of a line from the bits of its largest magnitude: 0 when zero, NON_FINITE for an infinity or a NaN."""
     if largest >= 0x7F800000:
         return NON_FINITE
-    return Int32(0 if largest == 0 else significand_bits(largest) + binade(largest))
+    return Int32(0 if largest == 0 else significand_bits(largest) + Int(binade(largest)))
 
 
 @always_inline
-def fixed_point(value: Float32, bits: Int, e: Int) -> Int64:
-    """trunc(value·2^(bits − e)), from the float32 bits: value = ±m·2^binade, so the result is ±m·2^shift."""
-    var pattern = bitcast[DType.uint32](value)
+def fixed_point[w: SIMDLength, //](value: SIMD[DType.float32, w], bits: Int, e: Int) -> SIMD[DType.int64, w]:
+    """trunc(value·2^(bits − e)) lane by lane, from the float32 bits: value = ±m·2^binade, so the result is
+    ±m·2^shift (shift < 64: for a value of the line, m·2^shift < 2^bits)."""
+    var pattern = bitcast[DType.uint32, w](value)
     var magnitude = pattern & 0x7FFFFFFF
-    var shift = binade(magnitude) + bits - e
-    var m = Int64(significand(magnitude))
-    var fixed = m << Int64(shift) if shift >= 0 else (m >> Int64(min(-shift, 63)))
-    return -fixed if pattern >> 31 == 1 else fixed
+    var shift = binade(magnitude) + Int64(bits - e)
+    var m = significand(magnitude).cast[DType.int64]()
+    var fixed = shift.ge(0).select(m << max(shift, 0), m >> min(max(-shift, 0), 63))
+    return (pattern >> 31).eq(1).select(-fixed, fixed)
 
 
 @always_inline
-def significand(magnitude: UInt32) -> UInt32:
+def significand[w: SIMDLength, //](magnitude: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
     """m of a float32 magnitude's bits, its value m·2^binade: the hidden bit set unless subnormal."""
     var field = magnitude & 0x7FFFFF
-    return field if magnitude >> 23 == 0 else field | 0x800000
+    return (magnitude >> 23).eq(0).select(field, field | 0x800000)
 
 
 @always_inline
-def binade(magnitude: UInt32) -> Int:
+def binade[w: SIMDLength, //](magnitude: SIMD[DType.uint32, w]) -> SIMD[DType.int64, w]:
     """The power of two of the value's last significand bit: −149 for a subnormal, E − 150 for E ≥ 1."""
-    var field = Int(magnitude >> 23)
-    return -149 if field == 0 else field - 150
+    var field = (magnitude >> 23).cast[DType.int64]()
+    return field.eq(0).select(SIMD[DType.int64, w](-149), field - 150)
 
 
 @always_inline
@@ -263,7 +271,7 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
     launch_index[exact_products](dev, M * N, args)
 
 
-# ---- the tensor-core form: residues modulo the primes, then the Chinese remainder theorem ------------------
+# ---- the residue form: residues modulo primes, then the Chinese remainder theorem ----------------------------
 #
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
@@ -271,10 +279,10 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
 # in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
 # its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
-# operand exact_residues_across, a team a tile of lines), the plane products (on a GPU one strided batched
-# cuBLAS int8 GEMM a chunk of k, on the CPU residue_products) and crt_round, a task an output; or, in the fused
-# form on a GPU (the section at the end of this file), the plane products and the reconstruction as one kernel.
-# Every body is integer arithmetic in 32 bits where the values allow, and the CPU runs the same bodies.
+# operand exact_residues_across, a team a tile of lines), the plane products (one strided batched cuBLAS int8
+# GEMM a chunk of k) and crt_round, a thread an output; or, in the fused form (the section after them), the plane
+# products and the reconstruction as one kernel. Every body is integer arithmetic in 32 bits where the values
+# allow. The CPU runs the same exponent passes and reconstruction over its own moduli (the section at the end).
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
 comptime RESIDUE_ALIGNMENT = 16  # a residue line's length is padded (with zeros) to a multiple of 16 bytes
@@ -349,11 +357,13 @@ comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride 
 
 @always_inline
 def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
-    """x mod p for 0 ≤ x < 2^31 and 128 < p ≤ 256, by one 32-bit high multiply (no 64-bit division, which a GPU
-    emulates): with m = ⌈2^39/p⌉ < 2^32 and m·p = 2^39 + d (0 ≤ d < p), x·m/2^39 = x/p + x·d/(p·2^39) lies in
-    [x/p, x/p + 1/p), so its floor is ⌊x/p⌋ (x/p's fraction is at most (p − 1)/p)."""
-    comptime m = ((1 << 39) + p - 1) // p
-    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> 39).cast[DType.uint32]()
+    """x mod p for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12, by one 64-bit multiply (no 64-bit division, which a GPU
+    emulates): with s = 31 + ⌈log2 p⌉ (39 for 128 < p ≤ 256), m = ⌈2^s/p⌉ ≤ 2^32 and m·p = 2^s + d (0 ≤ d < p),
+    x·m/2^s = x/p + x·d/(p·2^s) lies in [x/p, x/p + 1/p) (x·d < 2^31·p ≤ 2^s), so its floor is ⌊x/p⌋ (x/p's
+    fraction is at most (p − 1)/p)."""
+    comptime s = 95 - Int(count_leading_zeros(UInt64(p - 1)))  # 31 + ⌈log2 p⌉
+    comptime m = ((1 << s) + p - 1) // p
+    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> UInt64(s)).cast[DType.uint32]()
     return x - quotient * UInt32(p)
 
 
@@ -366,19 +376,27 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
     var middle: SIMD[DType.int32, RESIDUE_GROUP]
     var low: SIMD[DType.int32, RESIDUE_GROUP]
 
+    @staticmethod
     @always_inline
-    def residues[p: Int](self) -> SIMD[DType.int8, RESIDUE_GROUP]:
-        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8). For p = 256, low's low
-        byte (v ≡ low mod 256, and the byte read as int8 is the residue in [−128, 128)). Else, with h = ⌊p/2⌋,
-        v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h (mod p), a value in [0, 2^25), so one
-        32-bit remainder r = (v + h) mod p gives the residue r − h, the one in [−h, h]."""
+    def of(fixed: SIMD[DType.int64, RESIDUE_GROUP]) -> FixedGroup:
+        """The words of 16 fixed-point values."""
+        return FixedGroup((fixed >> 32).cast[DType.int32](), ((fixed >> 16) & 0xFFFF).cast[DType.int32](),
+                          (fixed & 0xFFFF).cast[DType.int32]())
+
+    @always_inline
+    def residues[p: Int, dtype: DType = DType.int8](self) -> SIMD[dtype, RESIDUE_GROUP]:
+        """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8 for the MODULI, int16 for
+        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 256, and the byte read as int8 is the residue in
+        [−128, 128)). Else, with h = ⌊p/2⌋, v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h
+        (mod p), a value in [0, 2^25) (in [0, 2^29) for p < 2^12), so one 32-bit remainder r = (v + h) mod p gives
+        the residue r − h, the one in [−h, h]."""
         comptime if p == 256:
-            return self.low.cast[DType.int8]()
+            return self.low.cast[DType.int8]().cast[dtype]()
         comptime half = p // 2
         comptime lift = (p << 11) + half  # a multiple of p above |high·(2^32 mod p)|, plus h
         var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
         var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # (v + h) mod p
-        return (r - Int32(half)).cast[DType.int8]()
+        return (r - Int32(half)).cast[dtype]()
 
 
 @always_inline
@@ -478,51 +496,46 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
                 )
 
 
-comptime RESIDUE_PRODUCTS = Interface("sums a_residues b_residues", "m n k moduli", "")
-
-
-def residue_products(task: Int, args: Args):
-    """sums[(i·chunks + c)·M·N + m·N + n] = Σ_{k in chunk c} a_i[m, k]·b_i[n, k] in int32, the task being that
-    index (chunks of RESIDUE_CHUNK k): the int8 plane products a GPU runs on its tensor cores."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var K = args.size(2)
-    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var output = task % (M * N)
-    var chunk = task // (M * N) % chunks
-    var i = task // (M * N * chunks)
-    var a = I8Ptr(unsafe_from_address=Int(args.addresses[1])).unsafe_offset((i * M + output // N) * padded(K))
-    var b = I8Ptr(unsafe_from_address=Int(args.addresses[2])).unsafe_offset((i * N + output % N) * padded(K))
-    var total = Int32(0)
-    for k in range(chunk * RESIDUE_CHUNK, min(K, (chunk + 1) * RESIDUE_CHUNK)):
-        total += Int32(a.unsafe_load(k)) * Int32(b.unsafe_load(k))
-    args.i32(0).unsafe_store(task, total)
-
-
 comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
 
 
-def crt_cofactor_inverse[moduli: Int, i: Int]() -> Int:
-    """c_i = (P/p_i)⁻¹ mod p_i, P the product of the first `moduli` MODULI."""
+def modulus[wide: Bool, i: Int]() -> Int:
+    """Modulus i of the GPU's set (MODULI) or of the CPU's (WIDE_MODULI)."""
+    comptime if wide:
+        return WIDE_MODULI[i]
+    else:
+        return MODULI[i]
+
+
+def crt_cofactor_inverse[wide: Bool, moduli: Int, i: Int]() -> Int:
+    """c_i = (P/p_i)⁻¹ mod p_i, P the product of the first `moduli` moduli of the set."""
     var cofactor = 1  # P/p_i mod p_i
-    comptime for j in range(len(MODULI)):
-        if j < moduli and j != i:
-            cofactor = cofactor * MODULI[j] % MODULI[i]
-    return inverse_mod(cofactor, MODULI[i])
+    comptime for j in range(moduli):
+        if j != i:
+            cofactor = cofactor * modulus[wide, j]() % modulus[wide, i]()
+    return inverse_mod(cofactor, modulus[wide, i]())
 
 
-def crt_weight[moduli: Int, i: Int]() -> UInt128:
+def crt_weight[wide: Bool, moduli: Int, i: Int]() -> UInt128:
     """W_i = (P/p_i)·c_i: ≡ 1 modulo p_i, ≡ 0 modulo the other moduli, below P (c_i < p_i)."""
     var cofactor = UInt128(1)
-    comptime for j in range(len(MODULI)):
-        if j < moduli and j != i:
-            cofactor *= UInt128(MODULI[j])
-    return cofactor * UInt128(crt_cofactor_inverse[moduli, i]())
+    comptime for j in range(moduli):
+        if j != i:
+            cofactor *= UInt128(modulus[wide, j]())
+    return cofactor * UInt128(crt_cofactor_inverse[wide, moduli, i]())
 
 
-def crt_fraction[moduli: Int, i: Int]() -> UInt64:
+def crt_fraction[wide: Bool, moduli: Int, i: Int]() -> UInt64:
     """⌊2^32·c_i/p_i⌋: W_i/P = c_i/p_i in 32-bit fixed point, rounded down."""
-    return (UInt64(crt_cofactor_inverse[moduli, i]()) << 32) // UInt64(MODULI[i])
+    return (UInt64(crt_cofactor_inverse[wide, moduli, i]()) << 32) // UInt64(modulus[wide, i]())
+
+
+def modulus_product[wide: Bool, moduli: Int]() -> UInt128:
+    """P, the product of the first `moduli` moduli of the set."""
+    var product = UInt128(1)
+    comptime for i in range(moduli):
+        product *= UInt128(modulus[wide, i]())
+    return product
 
 
 def word(x: UInt128, w: Int) -> UInt64:
@@ -530,51 +543,72 @@ def word(x: UInt128, w: Int) -> UInt64:
     return UInt64((x >> UInt128(32 * w)) & 0xFFFFFFFF)
 
 
-comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for up to 12 moduli, so |X| < P/2 < 2^95 fixes it
+comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for either set, so |X| < P/2 < 2^95 fixes it
 
 
-def crt_round[moduli: Int](output: Int, args: Args):
-    """Output (m, n): its residues r_i from the chunk sums of plane product i (each sum reduced by chunk_residue to a
-    value below 2p_i, summed over the chunks: 0 ≤ r_i < 16·512 = 2^13), then crt_store. All chunk sums of one chunk
-    are loaded at once (they are independent)."""
+def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
+    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one, the CPU 8):
+    their residues r_i, then crt_store. On a GPU (the MODULI) r_i is the chunk sums of plane product i, each
+    reduced by chunk_residue to a value below 2p_i, summed over the chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU
+    (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a value below 2^25 congruent to X, reduced
+    (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at once (they are independent)."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)
-    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var row = output // N
+    var chunks = 1 if wide else (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var sums = args.i32(1).unsafe_offset(output)
-    var residues = SIMD[DType.uint32, 16](0)
+    var residues = SIMD[DType.uint32, 16 * w](0)  # residue i of lane j at i·w + j
     for chunk in range(chunks):
         comptime for i in range(moduli):
-            residues[i] += chunk_residue[MODULI[i]](sums.unsafe_load((i * chunks + chunk) * M * N))
-    crt_store[moduli](args.f32(0), output, residues, args.i32(2).unsafe_load(row),
-                      args.i32(3).unsafe_load(output - row * N), args.size(3), args.flag(4))
+            var sum = sums.unsafe_load[width=w]((i * chunks + chunk) * M * N)
+            var r: SIMD[DType.uint32, w]
+            comptime if wide:
+                r = remainder_below_2_31[modulus[True, i]()](sum.cast[DType.uint32]())
+            else:
+                r = chunk_residue[MODULI[i]](sum)
+            residues = residues.insert[offset = i * w](residues.slice[w, offset = i * w]() + r)
+    var e = SIMD[DType.int32, w](0)  # the lanes' line exponents
+    var f = SIMD[DType.int32, w](0)
+    var row = output // N
+    var column = output - row * N
+    comptime for j in range(w):
+        if j > 0:  # the next output, without another division
+            column += 1
+            if column == N:
+                column = 0
+                row += 1
+        e[j] = args.i32(2).unsafe_load(row)
+        f[j] = args.i32(3).unsafe_load(column)
+    crt_store[moduli, wide, w](args.f32(0), output, residues, e, f, args.size(3), args.flag(4))
 
 
 @always_inline
-def chunk_residue[p: Int](sum: Int32) -> UInt32:
+def chunk_residue[w: SIMDLength, //, p: Int](sum: SIMD[DType.int32, w]) -> SIMD[DType.uint32, w]:
     """A value ≡ sum (mod p) in [0, 2p), for the int32 sum of one chunk's products of symmetric residues (|sum| ≤
     2^14·2^16 = 2^30, and below 2^30 for p < 256: residues within ±127)."""
     comptime if p == 256:
-        return UInt32(sum) & 0xFF  # the two's complement's low byte
+        return sum.cast[DType.uint32]() & 0xFF  # the two's complement's low byte
     else:  # sum + 2^30 lies in [0, 2^31)
         comptime offset = UInt32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
-        return remainder_below_2_31[p](UInt32(sum + (1 << 30))) + offset
+        return remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()) + offset
 
 
 @always_inline
-def crt_store[moduli: Int](
-    c: F32Ptr, output: Int, residues: SIMD[DType.uint32, 16], e: Int32, f: Int32, bits: Int, accumulate: Bool
+def crt_store[moduli: Int, wide: Bool = False, w: SIMDLength = 1](
+    c: F32Ptr, output: Int, residues: SIMD[DType.uint32, 16 * w], e: SIMD[DType.int32, w], f: SIMD[DType.int32, w],
+    bits: Int, accumulate: Bool,
 ):
-    """c[output] (+)= X·2^(e + f − 2b) rounded once, X found from its residues r_i ≡ X (mod p_i), 0 ≤ r_i < 2^13
-    (residues[i] for the first `moduli` MODULI); NaN for a non-finite line (e or f NON_FINITE).
+    """c[output + j] (+)= X_j·2^(e_j + f_j − 2b) rounded once for the w lanes j, X found from its residues
+    r_i ≡ X (mod p_i), 0 ≤ r_i < 2^13 (residues[i·w + j] for the first `moduli` MODULI, or with `wide`
+    WIDE_MODULI); NaN for a non-finite line (e or f NON_FINITE).
 
     The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
       their product P (the moduli are pairwise coprime).
     - q is the nearest integer to S/P: S/P = q' + X/P for the integer q' = (S − X)/P, and |X| < K·2^(2b) ≤
       2^(⌊log2 P⌋ − 1) (bits_per_side), so |X/P| ≤ 1/2 − δ with δ = 1/2 − 2^(⌊log2 P⌋−1)/P (2^−6.1 for 11
-      moduli, 2^−2.2 for 12). S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
+      MODULI, 2^−2.2 for 12; the WIDE_MODULI's P exceeds twice the 12 MODULI's, so there δ > 1/4).
+      S/P = Σ_i r_i·c_i/p_i (W_i/P = c_i/p_i); its estimate T/2^32 with
       T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^13·2^−32 < 2^−15 < δ, so
       q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
@@ -582,30 +616,32 @@ def crt_store[moduli: Int](
       in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
     So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: 3·N 32×32-bit
     multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
-    var estimate = UInt64(1 << 31)  # T + 2^31
-    var low = UInt64(0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
-    var middle = UInt64(0)
-    var high = UInt32(0)
+    var estimate = SIMD[DType.uint64, w](1 << 31)  # T + 2^31
+    var low = SIMD[DType.uint64, w](0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var middle = SIMD[DType.uint64, w](0)
+    var high = SIMD[DType.uint32, w](0)
     comptime for i in range(moduli):
-        comptime weight = crt_weight[moduli, i]()
-        var r = UInt64(residues[i])
-        comptime fraction = crt_fraction[moduli, i]()
+        comptime weight = crt_weight[wide, moduli, i]()
+        var r32 = residues.slice[w, offset = i * w]()
+        var r = r32.cast[DType.uint64]()
+        comptime fraction = crt_fraction[wide, moduli, i]()
         estimate += r * fraction
         low += r * word(weight, 0)
         middle += r * word(weight, 1)
-        high += UInt32(r) * UInt32(word(weight, 2))
+        high += r32 * UInt32(word(weight, 2))
     var q = estimate >> 32
-    comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product(moduli)  # ≡ −P (mod 2^96)
+    comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product[wide, moduli]()  # ≡ −P (mod 2^96)
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
-    high += UInt32(q) * UInt32(word(complement, 2)) + UInt32(middle >> 32)
-    var rounded_value = rounded_words(high, UInt32(middle & 0xFFFFFFFF), UInt32(low & 0xFFFFFFFF),
-                                      2 * bits - Int(e) - Int(f))
+    high += q.cast[DType.uint32]() * UInt32(word(complement, 2)) + (middle >> 32).cast[DType.uint32]()
+    var value = SIMD[DType.float32, w](0)
+    comptime for j in range(w):
+        value[j] = rounded_words(high[j], UInt32(middle[j] & 0xFFFFFFFF), UInt32(low[j] & 0xFFFFFFFF),
+                                 2 * bits - Int(e[j]) - Int(f[j]))
     if accumulate:
-        rounded_value = c.unsafe_load(output) + rounded_value
-    if e == NON_FINITE or f == NON_FINITE:
-        rounded_value = bitcast[DType.float32](CANONICAL_NAN)
-    c.unsafe_store(output, rounded_value)
+        value = c.unsafe_load[width=w](output) + value
+    var non_finite = e.eq(NON_FINITE) | f.eq(NON_FINITE)
+    c.unsafe_store(output, non_finite.select(SIMD[DType.float32, w](bitcast[DType.float32](CANONICAL_NAN)), value))
 
 
 @always_inline
@@ -637,25 +673,19 @@ def rounded_words(high: UInt32, middle: UInt32, low: UInt32, shift: Int) -> Floa
     return rounded(value, shift)
 
 
-def modulus_product(moduli: Int) -> UInt128:
-    """P, the product of the first `moduli` MODULI."""
-    var product = UInt128(1)
-    comptime for i in range(len(MODULI)):
-        if i < moduli:
-            product *= UInt128(MODULI[i])
-    return product
-
-
 def exponent_blocks(K: Int) -> Int:
     """How many partial maxima a transposed line of K values takes."""
     return (K + EXPONENT_BLOCK - 1) // EXPONENT_BLOCK
 
 
-def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
-    """Bytes of the residue form's workspace: the residue planes (int8), the exponents, the chunk sums and the
-    partial maxima of a transposed operand's lines (`splits` as gemm_exact_residues_on takes it)."""
-    var moduli = moduli_count(K)
-    return moduli * (M + N) * padded(K) + 4 * (M + N) + sums_bytes(M, N, K, splits) + 4 * max(M, N) * exponent_blocks(K)
+def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> Int:
+    """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU), the plane
+    products' sums, the exponents and the partial maxima of a transposed operand's lines (`splits` as
+    gemm_exact_residues_on takes it)."""
+    var planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
+    if not gpu:
+        planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
+    return planes + 4 * (M + N) + 4 * max(M, N) * exponent_blocks(K)
 
 
 def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
@@ -670,12 +700,14 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     splits: Int = 0,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
-    residue_workspace_bytes(M, N, K, splits). With `fused`, a GPU runs the plane products and the reconstruction
-    in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its own choice);
-    the CPU, which has no fused kernel, runs the unfused form (the same bits)."""
+    residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
+    reconstruction in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its
+    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
-    if moduli_count(K) == 11:
+    if not dev[].is_gpu():
+        wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+    elif moduli_count(K) == 11:
         residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
     else:
         residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
@@ -685,8 +717,8 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
     splits: Int,
 ) raises:
-    """gemm_exact_residues_on for K whose definition takes `moduli` moduli: the planes, their products, the
-    reconstruction (on a GPU with `fused`, the last two in one kernel)."""
+    """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes, their products on
+    the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
     var bits = bits_per_side(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace
@@ -700,23 +732,20 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
                            M if transpose_a else 1, bits)
     residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
                            1 if transpose_b else N, bits)
-    if dev[].is_gpu():
-        comptime if HAS_ACCELERATOR:
-            comptime if fused:
-                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
-                                       bits, accumulate, fused_splits(M, N, K, splits))
-                return
-            plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
-    else:
-        var products = Args.empty()  # RESIDUE_PRODUCTS
-        products.addresses[0] = Int64(sums)
-        products.addresses[1] = Int64(a_residues)
-        products.addresses[2] = Int64(b_residues)
-        products.sizes[0] = Int64(M)
-        products.sizes[1] = Int64(N)
-        products.sizes[2] = Int64(K)
-        products.sizes[3] = Int64(moduli)
-        launch_index[residue_products](dev, moduli * chunks * M * N, products)
+    comptime if HAS_ACCELERATOR:
+        comptime if fused:
+            fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
+                                   bits, accumulate, fused_splits(M, N, K, splits))
+            return
+        plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
+    reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
+
+
+def reconstruct[moduli: Int, wide: Bool](
+    dev: DevicePtr, c: F32Ptr, sums: Int, a_exponents: Int, b_exponents: Int, M: Int, N: Int, K: Int, bits: Int,
+    accumulate: Bool,
+) raises:
+    """C from the plane products' sums: crt_round over every output."""
     var crt = Args.empty()  # CRT_ROUND
     crt.addresses[0] = Int64(Int(c))
     crt.addresses[1] = Int64(sums)
@@ -727,18 +756,43 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
     crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_index[crt_round[moduli]](dev, M * N, crt)
+    launch_elements[crt_round[moduli, wide, ...]](dev, M * N, crt)
 
 
 def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
     line_stride: Int, element_stride: Int, bits: Int,
 ) raises:
-    """The lines' exponents, then their residue planes. Where a line's elements are contiguous, a GPU warp takes a
-    line (line_exponents) and a task a group of 16 k (exact_residues); else the lines' partial maxima over blocks
-    of k (partial_maxima, into `partial`; a partial maximum's bits are a magnitude's, so line_exponents over them
-    finds the line's e), then a team a tile of 32 lines × 64 k (exact_residues_across): a warp's reads are
-    contiguous either way, and so are its stores of residues."""
+    """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
+    a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
+    warp's reads are contiguous either way, and so are its stores of residues."""
+    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
+    var planes = Args.empty()  # EXACT_RESIDUES
+    planes.addresses[0] = Int64(residues)
+    planes.addresses[1] = Int64(exponents)
+    planes.addresses[2] = Int64(Int(x))
+    planes.sizes[0] = Int64(length)
+    planes.sizes[1] = Int64(line_stride)
+    planes.sizes[2] = Int64(element_stride)
+    planes.sizes[3] = Int64(bits)
+    planes.sizes[4] = Int64(lines)
+    var groups = padded(length) // RESIDUE_GROUP
+    if element_stride == 1:
+        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
+    else:
+        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
+            dev, tiles, planes
+        )
+
+
+def line_exponents_on(
+    dev: DevicePtr, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
+    element_stride: Int,
+) raises:
+    """exponents[line] = e of each line. Where a line's elements are contiguous, a GPU warp takes a line
+    (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima, into `partial`; a partial
+    maximum's bits are a magnitude's, so line_exponents over them finds the line's e)."""
     if element_stride == 1:
         var args = Args.empty()  # LINE_EXPONENTS
         args.addresses[0] = Int64(exponents)
@@ -764,31 +818,14 @@ def residue_planes[moduli: Int](
         maxima.sizes[1] = Int64(1)
         maxima.sizes[2] = Int64(lines)
         launch_rows[line_exponents](dev, lines, maxima)
-    var planes = Args.empty()  # EXACT_RESIDUES
-    planes.addresses[0] = Int64(residues)
-    planes.addresses[1] = Int64(exponents)
-    planes.addresses[2] = Int64(Int(x))
-    planes.sizes[0] = Int64(length)
-    planes.sizes[1] = Int64(line_stride)
-    planes.sizes[2] = Int64(element_stride)
-    planes.sizes[3] = Int64(bits)
-    planes.sizes[4] = Int64(lines)
-    var groups = padded(length) // RESIDUE_GROUP
-    if element_stride == 1:
-        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
-    else:
-        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
-        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
-            dev, tiles, planes
-        )
 
 
 def plane_products_on_tensor_cores(
     dev: DevicePtr, sums: Int, a_residues: Int, b_residues: Int, M: Int, N: Int, K: Int, moduli: Int
 ) raises:
-    """residue_products' sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one strided
-    batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms is
-    S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
+    """The plane products' chunk sums by cuBLAS's int8 GEMM with int32 accumulation (exact): per chunk of k, one
+    strided batched call over the moduli, S_i[m, n] = Σ_k a_i[m, k]·b_i[n, k], which in cuBLAS's column-major terms
+    is S_iᵀ = B_i·A_iᵀ, the "TN" form its int8 kernels take (line lengths padded to 16 bytes)."""
     var handle = _get_global_handle[DType.int8](dev[].ctx())._get_cublas()
     var stride = padded(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
@@ -1168,3 +1205,202 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     )
     if splits > 1:
         launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_splits_summed](dev, fused_tiles(M, N, 128), args)
+
+
+# ---- the CPU's residue form: moduli below 2^12, int16 planes, pairs multiplied and added in int32 ---------------
+#
+# The CPU finds the same X from residues modulo the 8 WIDE_MODULI, primes below 2^12 whose product P ≈ 2^95.9 exceeds
+# 2|X| for every K (|X| < K·2^(2b) ≤ 2^93, bits_per_side): 8 plane products where the MODULI take 11 or 12, for the
+# CPU's integer multiplier is 16 bits wide. Each operand line's residues (symmetric, |r| ≤ 2046) are stored as an
+# int16 plane (wide_planes), two neighbouring k making a 32-bit pair; a plane product is a blocked integer GEMM in
+# the shape of gemm.mojo's CPU GEMM, each step AVX2's vpmaddwd, which multiplies the int16 halves of 8 pairs and
+# adds each pair's two products in int32 (exact: |a_k·b_k + a_(k+1)·b_(k+1)| ≤ 2·2046² < 2^23; unlike
+# vpmaddubsw it never saturates). A task takes one modulus and a run of rows of A against every column of B:
+# per block of WIDE_KC k it packs each 16-column panel of B (pair-major, 8 KB) and walks the run's rows over it,
+# 5 rows at a time: 10 accumulators of 8 int32 lanes, each lane one output's block sum (|·| < 128·2^23 = 2^30),
+# which the tile reduces modulo p before adding it to the output's sum (below 2^25 after the 2^12 blocks of the
+# longest k). crt_round[wide] then reconstructs X from the 8 sums as it does from the GPU's. Integer arithmetic
+# throughout: blocking, order and thread count change no bit.
+
+comptime WIDE_MODULI = (4093, 4091, 4079, 4073, 4057, 4051, 4049, 4027)  # the largest primes below 2^12
+comptime WIDE_COUNT = 8
+comptime WIDE_KC = 256  # k of one block: its 128 pairs' sum stays below 2^30
+comptime Pairs = SIMD[DType.int32, 8]  # 8 lanes, each the int16 values of k and k + 1 (k even), k's in the low half
+comptime PAIR_MR = 5  # rows of A a micro-kernel call: 10 accumulators, so nothing spills
+comptime PAIR_NR = 16  # columns of B a panel: two vectors of Pairs
+comptime PAIR_MAX_ROWS = 192  # rows of A a task takes at most
+comptime PAIR_MIN_TASKS = 32  # fewer rows a task until the launch has this many, so the cores share it evenly
+comptime I16Ptr = Pointer[Int16, MutUntrackedOrigin]
+
+
+def wide_residue_product[transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+) raises:
+    """gemm_exact_residues_on on the CPU: the lines' exponents, their int16 planes, the plane products, the
+    reconstruction."""
+    # |X| < P/2 for the 12 MODULI's P (bits_per_side), so twice that P leaves crt_round's estimate a margin of 1/4;
+    # below 2^96, X is found modulo 2^96.
+    comptime assert modulus_product[True, WIDE_COUNT]() > 2 * modulus_product[False, 12](), "too few WIDE_MODULI"
+    comptime assert modulus_product[True, WIDE_COUNT]() < UInt128(1) << UInt128(CRT_BITS), "too many WIDE_MODULI"
+    var bits = bits_per_side(K)
+    var a_planes = workspace
+    var b_planes = a_planes + 2 * WIDE_COUNT * M * padded(K)
+    var sums = b_planes + 2 * WIDE_COUNT * N * padded(K)
+    var a_exponents = sums + 4 * WIDE_COUNT * M * N
+    var b_exponents = a_exponents + 4 * M
+    var partial = b_exponents + 4 * N
+    # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
+    wide_planes(dev, a_planes, a_exponents, partial, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
+    wide_planes(dev, b_planes, b_exponents, partial, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
+    wide_products(dev, sums, a_planes, b_planes, M, N, K)
+    reconstruct[WIDE_COUNT, True](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
+
+
+def wide_planes(
+    dev: DevicePtr, planes: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
+    element_stride: Int, bits: Int,
+) raises:
+    """The lines' exponents (line_exponents_on), then each line's symmetric residues modulo WIDE_MODULI[i] at
+    planes[(i·lines + line)·padded(length) + k] (int16, zero in the padding and for a non-finite line), a task a
+    line and group of 16 k, the group's 16 values converted at once. Tasks go along a line where its elements are
+    contiguous, else across neighbouring lines, so that neighbouring tasks read neighbouring floats."""
+    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
+    var groups = padded(length) // RESIDUE_GROUP
+    var along = element_stride == 1
+
+    def task_range(begin: Int, end: Int) {imm planes, imm exponents, imm x, imm lines, imm length, imm line_stride, imm element_stride, imm bits, imm groups, imm along}:
+        var residues = I16Ptr(unsafe_from_address=planes)
+        for task in range(begin, end):
+            var line = task // groups if along else task % lines
+            var first = (task % groups if along else task // lines) * RESIDUE_GROUP
+            var e = i32_at(exponents).unsafe_load(line)
+            var values = SIMD[DType.float32, RESIDUE_GROUP](0)  # zero past the line's end and for a non-finite line
+            var elements = x.unsafe_offset(line * line_stride)
+            if e != NON_FINITE:
+                if along and first + RESIDUE_GROUP <= length:
+                    values = elements.unsafe_load[width=RESIDUE_GROUP](first)
+                else:  # lane by lane, each lane's index a constant (a lane indexed at run time goes through memory)
+                    comptime for j in range(RESIDUE_GROUP):
+                        if first + j < length:
+                            values[j] = elements.unsafe_load((first + j) * element_stride)
+            var group = FixedGroup.of(fixed_point(values, bits, Int(e)))
+            comptime for i in range(WIDE_COUNT):
+                residues.unsafe_store((i * lines + line) * padded(length) + first,
+                                      group.residues[WIDE_MODULI[i], DType.int16]())
+
+    cpu_parallel_for(dev, task_range, lines * groups)
+
+
+@always_inline
+def pair_products(a: Pairs, b: Pairs) -> Pairs:
+    """Lane j: a_j.low·b_j.low + a_j.high·b_j.high, the products of the lanes' int16 halves added in int32
+    (vpmaddwd)."""
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", Pairs](bitcast[DType.int16, 16](a), bitcast[DType.int16, 16](b))
+
+
+def pack_pair_panel(panel: I32Ptr, b: I32Ptr, n0: Int, N: Int, line_pairs: Int, p_begin: Int, p_end: Int):
+    """Lines [n0, n0 + 16) of a plane, as pairs (line n's pair p at b[n·line_pairs + p]), over pairs
+    [p_begin, p_end) (multiples of 8), pair-major: pair p of line n0 + j at panel[16(p − p_begin) + j], zero
+    past N. Each 8 lines × 8 pairs move as one transposed 8 × 8 block."""
+    for p in range(p_begin, p_end, 8):
+        comptime for half in range(2):
+            var lines = Array[Pairs, 8](fill=Pairs(0))
+            comptime for j in range(8):
+                if n0 + 8 * half + j < N:
+                    lines[j] = b.unsafe_load[width=8]((n0 + 8 * half + j) * line_pairs + p)
+            var columns = transposed(lines)
+            comptime for c in range(8):
+                panel.unsafe_store((p - p_begin + c) * PAIR_NR + 8 * half, columns[c])
+
+
+@always_inline
+def wide_micro_kernel[rows: Int, p: Int](
+    sums: I32Ptr, a: I32Ptr, line_pairs: Int, panel: I32Ptr, pairs: Int, columns: Int, N: Int, first: Bool
+):
+    """For r < rows and j < columns, the block sum S = Σ_q a[r·line_pairs + q]·panel[16q + j] over q < pairs (each
+    term a pair's two products; pairs ≤ 128, so |S| < 2^30) is reduced to
+    R = (S + 2^30) mod p + (p − 2^30 mod p), in [0, 2p) and ≡ S (mod p), and sums[r·N + j] = R, or += R after
+    the `first` block."""
+    var lo = Array[Pairs, rows](fill=Pairs(0))
+    var hi = Array[Pairs, rows](fill=Pairs(0))
+    for q in range(pairs):
+        var b_lo = panel.unsafe_load[width=8](q * PAIR_NR)
+        var b_hi = panel.unsafe_load[width=8](q * PAIR_NR + 8)
+        comptime for r in range(rows):
+            var x = Pairs(a.unsafe_load(r * line_pairs + q))
+            lo[r] += pair_products(x, b_lo)
+            hi[r] += pair_products(x, b_hi)
+    comptime offset = Int32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
+
+    @always_inline
+    def reduced(sum: Pairs) -> Pairs:
+        return remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()).cast[DType.int32]() + offset
+
+    comptime for r in range(rows):
+        var row = sums.unsafe_offset(r * N)
+        var low = reduced(lo[r])
+        var high = reduced(hi[r])
+        if columns == PAIR_NR:
+            if not first:
+                low += row.unsafe_load[width=8](0)
+                high += row.unsafe_load[width=8](8)
+            row.unsafe_store(0, low)
+            row.unsafe_store(8, high)
+        else:
+            for j in range(columns):
+                var value = low[j] if j < 8 else high[j - 8]
+                row.unsafe_store(j, value if first else row.unsafe_load(j) + value)
+
+
+def wide_rows[p: Int](
+    sums: I32Ptr, a: I32Ptr, b: I32Ptr, panel: I32Ptr, m_begin: Int, m_end: Int, N: Int, line_pairs: Int
+):
+    """Rows [m_begin, m_end) of one plane product, S[m, n] = Σ_k a[m, k]·b[n, k] reduced block by block (the planes
+    as pairs, line_pairs a line): per block of WIDE_KC k, each 16-column panel packed and the rows walked over it
+    PAIR_MR at a time, the last few together."""
+    for p_begin in range(0, line_pairs, WIDE_KC // 2):
+        var p_end = min(line_pairs, p_begin + WIDE_KC // 2)
+        var pairs = p_end - p_begin
+        for n0 in range(0, N, PAIR_NR):
+            pack_pair_panel(panel, b, n0, N, line_pairs, p_begin, p_end)
+            var columns = min(PAIR_NR, N - n0)
+
+            @always_inline
+            def tile[rows: Int](m0: Int) {imm sums, imm a, imm panel, imm N, imm line_pairs, imm p_begin, imm pairs, imm n0, imm columns}:
+                wide_micro_kernel[rows, p](sums.unsafe_offset(m0 * N + n0), a.unsafe_offset(m0 * line_pairs + p_begin),
+                                           line_pairs, panel, pairs, columns, N, p_begin == 0)
+
+            var m0 = m_begin
+            while m0 + PAIR_MR <= m_end:
+                tile[PAIR_MR](m0)
+                m0 += PAIR_MR
+            comptime for left in range(1, PAIR_MR):
+                if m_end - m0 == left:
+                    tile[left](m0)
+
+
+def wide_products(dev: DevicePtr, sums: Int, a_planes: Int, b_planes: Int, M: Int, N: Int, K: Int) raises:
+    """sums[i·M·N + m·N + n] ≡ Σ_k a_i[m, k]·b_i[n, k] (mod WIDE_MODULI[i]), in [0, 2^25): wide_rows, a task a
+    modulus and a run of rows."""
+    var line_pairs = padded(K) // 2
+    var row_blocks = (M + PAIR_MR - 1) // PAIR_MR
+    var row_tasks = min(row_blocks, max((M + PAIR_MAX_ROWS - 1) // PAIR_MAX_ROWS,
+                                        (PAIR_MIN_TASKS + WIDE_COUNT - 1) // WIDE_COUNT))
+    var rows_per_task = (row_blocks + row_tasks - 1) // row_tasks * PAIR_MR
+    row_tasks = (M + rows_per_task - 1) // rows_per_task
+
+    def task_range(begin: Int, end: Int) {imm sums, imm a_planes, imm b_planes, imm M, imm N, imm line_pairs, imm row_tasks, imm rows_per_task}:
+        var panel = i32_at(Int(alloc[Int32](WIDE_KC // 2 * PAIR_NR, alignment=64)))
+        for task in range(begin, end):
+            var i = task // row_tasks
+            var m_begin = task % row_tasks * rows_per_task
+            var m_end = min(M, m_begin + rows_per_task)
+            var out = i32_at(sums + 4 * i * M * N)
+            var a = i32_at(a_planes + 4 * i * M * line_pairs)
+            var b = i32_at(b_planes + 4 * i * N * line_pairs)
+            comptime for j in range(WIDE_COUNT):
+                if i == j:
+                    wide_rows[WIDE_MODULI[j]](out, a, b, panel, m_begin, m_end, N, line_pairs)
+        panel.unsafe_free()
+
+    cpu_parallel_for(dev, task_range, WIDE_COUNT * row_tasks)
