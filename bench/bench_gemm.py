@@ -72,6 +72,15 @@ EXACT_SHAPES = [(4096, 4096, 4096, False), (8192, 8192, 8192, False), (65536, 76
 LIMB_FORM_MAX_FLOPS = 2 * 4096**3  # the limb form (SIMT, about 0.2 TFLOP/s) is timed up to this much work
 
 
+def exact_operands(device, m, n, k, transpose_a):
+    """An exact product's operands, seeded by its shape: A (stored k × m if transpose_a) and B as arrays, then on
+    `device` with an m × n output."""
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b, device.put(a), device.put(b), device.empty((m, n))
+
+
 def exact_rows(shapes):
     import torch
 
@@ -80,10 +89,7 @@ def exact_rows(shapes):
     device = uform.Device.gpu(0)
     rows = []
     for m, n, k, transpose_a in shapes:
-        rng = np.random.default_rng(m + n + k)
-        a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
+        a, b, ab, bb, cb = exact_operands(device, m, n, k, transpose_a)
         flops = 2 * m * n * k / 1e12
 
         def exact(residues):
@@ -128,10 +134,7 @@ def cpu_exact_rows(shapes):
     device = uform.Device.cpu()
     rows = []
     for m, n, k, transpose_a in shapes:
-        rng = np.random.default_rng(m + n + k)
-        a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        ab, bb, cb = device.put(a), device.put(b), device.empty((m, n))
+        a, b, ab, bb, cb = exact_operands(device, m, n, k, transpose_a)
         gflop = 2 * m * n * k / 1e9
         row = {"device": "cpu", "mode": "exact", "m": m, "n": n, "k": k, "transpose_a": transpose_a}
         bits = []
