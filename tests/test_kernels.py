@@ -120,6 +120,25 @@ def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
         assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32)), residues
 
 
+@pytest.mark.parametrize("m,n,k,ta", [(33, 20, 700, False), (150, 300, 5000, True), (9, 130, 70000, False)])
+def test_exact_gemm_ignores_the_order_of_k(device, m, n, k, ta):
+    """A random permutation of k (A's columns and B's rows alike) gives the same bits in every form, and the fused
+    form gives them whatever ranges it splits k into: the sum is one integer, whatever its order."""
+    rng = np.random.default_rng(m + k)
+    a = (rng.standard_normal((m, k)) * np.exp(rng.standard_normal((m, k)))).astype(np.float32)
+    b = (rng.standard_normal((k, n)) * np.exp(rng.standard_normal((k, n)))).astype(np.float32)
+    order = rng.permutation(k)
+    results = []
+    for x, y in ((a, b), (a[:, order], b[order])):
+        stored = np.ascontiguousarray(x.T) if ta else x
+        for residues, splits in ((False, 0), (True, 0), ("fused", 0), ("fused", 1), ("fused", 3)):
+            c = device.empty((m, n))
+            K.gemm_exact(c, device.put(stored), device.put(y), m, n, k, transpose_a=ta, residues=residues,
+                         splits=splits)
+            results.append(c.numpy().view(np.uint32))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+
+
 @pytest.mark.parametrize("k", [1, 255, 256, 257, 4099, 70000])
 def test_exact_gemm_residues_at_the_largest_sums(device, k):
     """Both forms give the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
