@@ -141,7 +141,7 @@ def test_exact_gemm_ignores_the_order_of_k(device, m, n, k, ta):
 
 @pytest.mark.parametrize("k", [1, 255, 256, 257, 4099, 70000])
 def test_exact_gemm_residues_at_the_largest_sums(device, k):
-    """Both forms give the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
+    """Every form gives the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
     largest below 1 (so A' = B' = 2^b − 2^(b−24) throughout), rows and columns of one sign, of the other, and
     alternating; k across the CPU's blocks of 256 and past one GPU chunk."""
     from uform.reference import exact_gemm
@@ -151,7 +151,7 @@ def test_exact_gemm_residues_at_the_largest_sums(device, k):
     a = (top * signs).astype(np.float32)
     b = (top * signs.T).astype(np.float32)
     expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
-    for residues in (False, True):
+    for residues in (False, True, "fused"):
         c = device.empty((3, 3))
         K.gemm_exact(c, device.put(a), device.put(b), 3, 3, k, residues=residues)
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues
@@ -159,7 +159,7 @@ def test_exact_gemm_residues_at_the_largest_sums(device, k):
 
 @pytest.mark.parametrize("k", [2, 300])
 def test_exact_gemm_rounds_at_the_edges(device, k):
-    """Both forms give the definition's bits where the one rounding is delicate: ties to even either way, just above
+    """Every form gives the definition's bits where the one rounding is delicate: ties to even either way, just above
     a tie, the largest finite value, a tie up to infinity, overflow, subnormal results, underflow to +0 and −0, and
     half the smallest subnormal (each row holds two values, the rest of k zeros; the columns scale them)."""
     from uform.reference import exact_gemm
@@ -175,7 +175,7 @@ def test_exact_gemm_rounds_at_the_edges(device, k):
     b = np.tile(np.array(columns, np.float32), (k, 1))
     expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
     assert np.isinf(expected.view(np.float32)).any() and (expected == 0x80000000).any()  # the edges are reached
-    for residues in (False, True):
+    for residues in (False, True, "fused"):
         c = device.empty(expected.shape)
         K.gemm_exact(c, device.put(a), device.put(b), len(rows), len(columns), k, residues=residues)
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues

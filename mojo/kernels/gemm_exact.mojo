@@ -18,7 +18,8 @@ Two kernels, each one body for both launchers:
   2^62 by the choice of b), combined into a 128-bit integer, rounded once.
 This SIMT form is the definition's first, plain implementation. The residue form computes the same integers
 faster (`gemm_exact_residues_on`, what `kernels.gemm_exact(..., residues=True or "fused")` runs): on a GPU int8
-residues modulo 11 or 12 primes below 2^8, multiplied on the tensor cores (the sections below, unfused and fused),
+residues modulo 11 or 12 pairwise coprime moduli of at most 256, multiplied on the tensor cores (the sections
+below, unfused and fused),
 on the CPU int16 residues modulo 8 primes below 2^12, multiplied by AVX2's vpmaddwd in a blocked GEMM (the last
 section); either way the Chinese remainder theorem turns the residues into the integer, rounded once as here.
 Layouts as in gemm.mojo.
@@ -32,7 +33,9 @@ from engine.device import F32Ptr, I32Ptr, i32_at
 from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
                            launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
-from max.gpu.compute.mma import WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync
+from max.gpu.compute.mma import (
+    WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync,
+)
 from max.gpu.memory import (
     AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory, fence_async_view_proxy,
 )
@@ -271,7 +274,7 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
     launch_index[exact_products](dev, M * N, args)
 
 
-# ---- the residue form: residues modulo primes, then the Chinese remainder theorem ----------------------------
+# ---- the residue form: residues modulo coprime moduli, then the Chinese remainder theorem --------------------
 #
 # X = Σ_k A'·B' is found from its residues modulo the first N(K) MODULI, whose product P exceeds 2|X|:
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
@@ -853,11 +856,13 @@ def plane_products_on_tensor_cores(
 #
 # The unfused form writes N(K) int32 planes of M·N chunk sums (44 bytes an output for 11 moduli) and crt_round
 # reads them back. The fused kernel keeps one byte an output and modulus instead. A block of two warpgroups owns
-# a tile of 128 × 256 outputs; modulus after modulus it streams the tile's lines of A's and B's planes through a
-# ring of shared-memory stages (cp.async fills the next stages while Hopper's warpgroup tensor cores, wgmma
-# int8 × int8 → int32, multiply the current one), and at the end of each chunk of k a thread folds its int32
-# sums modulo p_i into bytes in the workspace. After the last modulus the same thread reads its bytes back,
-# reconstructs and rounds its outputs (crt_store) and stores the floats.
+# a tile of 128 × 256 or 128 × 128 outputs (FusedTile) and a range of k; modulus after modulus it streams the
+# tile's lines of A's and B's planes through a ring of shared-memory stages (cp.async fills the next stages while
+# Hopper's warpgroup tensor cores, wgmma int8 × int8 → int32, multiply the current one), and at the end of each
+# chunk of k a thread folds its int32 sums modulo p_i into bytes in the workspace. After the last modulus the same
+# thread reads its bytes back, reconstructs and rounds its outputs (crt_store) and stores the floats; where k is
+# split into ranges, a second kernel does that for every tile once every range is folded
+# (exact_fused_splits_summed), summing the ranges' residues.
 
 comptime FUSED_ROWS = 128  # a tile's rows: two warpgroups of 64
 comptime FUSED_TEAM = 256  # threads of a block: two warpgroups
@@ -872,8 +877,8 @@ struct FusedTile[columns: Int]:
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
     comptime slots = 4 if Self.columns == 256 else 3  # stages in the ring: 192 KB, or 96 KB a block
-    comptime ahead = Self.slots - 2  # stages copied ahead: a slot is refilled two stages after its products
-    # started, once the warpgroups have waited for them (the products of one stage overlap the next one's copies)
+    comptime ahead = Self.slots - 2  # stages copied ahead (2 or 1): a slot is refilled two stages after its
+    # products started, once the warpgroups have waited for them (the products of one stage overlap the next's wait)
     comptime shared_bytes = Self.slots * Self.stage_bytes
     comptime blocks_per_sm = 1 if Self.columns == 256 else 2
     comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
@@ -894,20 +899,20 @@ def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
 comptime FUSED_BLOCKS = 264  # blocks a fused product should give the GPU: two a multiprocessor of an H100 or H200
 comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residues stay below 2^13 (32·255)
 comptime FUSED_AUTO_SPLITS = 8  # ranges of k the kernel chooses at most
-comptime FUSED_SPLIT_K = 4096  # k of a range it chooses at least: its folds stay small beside its products
+comptime FUSED_SPLIT_K = 4096  # k of the ranges it chooses, about, at least: folds stay small beside products
 
 
 def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
-    """The ranges of k (each a whole number of stages, none empty) the fused kernel splits an M × N × K product
-    into: `requested` if positive (at most FUSED_MAX_SPLITS), else the count up to FUSED_AUTO_SPLITS, each range
-    at least FUSED_SPLIT_K long, whose blocks of 128 × 128 outputs fill their waves of FUSED_BLOCKS best (the
-    fewest on a tie): blocks do equal work, so a last wave half full runs as long as a full one. A weight
-    gradient's few outputs over a long k split; the tall products, whose tiles fill their waves, do not."""
+    """The ranges of k the fused kernel splits an M × N × K product into, each a whole number of stages and none
+    empty (so the count is rounded to what equal ranges of whole stages give: 3 asked over 4 stages gives 2): about
+    `requested` if positive (at most FUSED_MAX_SPLITS); else one where the 128 × 128 tiles fill a wave of
+    FUSED_BLOCKS, and where they do not (a weight gradient's few outputs over a long k) the count up to
+    FUSED_AUTO_SPLITS, ranges of about FUSED_SPLIT_K k at least, whose blocks fill their waves best (the fewest on
+    a tie): blocks do equal work, so a last wave half full runs as long as a full one."""
     var slices = (padded(K) + FUSED_K - 1) // FUSED_K
-    var wanted = min(requested, FUSED_MAX_SPLITS)
-    if requested <= 0:
-        var tiles = fused_tiles(M, N, 128)
-        wanted = 1
+    var wanted = min(requested, FUSED_MAX_SPLITS) if requested > 0 else 1
+    var tiles = fused_tiles(M, N, 128)
+    if requested <= 0 and tiles < FUSED_BLOCKS:
         var best = 0.0
         for splits in range(1, min(FUSED_AUTO_SPLITS, max(1, slices * FUSED_K // FUSED_SPLIT_K)) + 1):
             var blocks = tiles * splits
@@ -935,8 +940,8 @@ def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int) -> Int
 struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
     """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and `columns` of
     B's, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
-    128·l + 16·(j XOR l mod 8)): copies of 16 bytes (cp.async, 12 or 8 a thread), copy c of piece j = tid mod 8 of line
-    32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
+    128·l + 16·(j XOR l mod 8)): copies of 16 bytes (cp.async, 12 or 8 a thread), copy c of piece j = tid mod 8
+    of line 32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
     stored length, and lines past the operand's rows (A) or columns (B), land as zeros."""
 
     var a_first: Int  # address of this thread's first piece in modulus 0's plane of A (k = 0)
@@ -980,8 +985,8 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
     @always_inline
     def start_next[moduli: Int](mut self, shared: SharedBytes):
         """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, k_begin to k_end,
-        the moduli in turn)
-        into its slot of the ring, and commit its copies as one group (an empty group once the stream is done)."""
+        the moduli in turn) into its slot of the ring, and commit its copies as one group (an empty group once the
+        stream is done)."""
         if self.modulus < moduli:
             var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
             var inside = self.k + self.piece < self.line
@@ -1006,7 +1011,7 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
 
 @always_inline
 def swizzled_lines(lines: SharedBytes) -> Int64:
-    """The wgmma descriptor of staged lines (stage_lines' layout): the start address, 1024 bytes between groups
+    """The wgmma descriptor of staged lines (StagedCopies' layout): the start address, 1024 bytes between groups
     of 8 lines, 128-byte swizzling (addresses and offsets in 16-byte units; the leading offset is unused there)."""
     return Int64((Int(lines) & 0x3FFFF) >> 4) | (Int64(1) << 16) | (Int64(1024 >> 4) << 32) | (Int64(1) << 62)
 
@@ -1016,8 +1021,9 @@ def multiply_stage[columns: Int](
     sums: SIMD[DType.uint32, FusedTile[columns].sums], stage: SharedBytes, warpgroup: Int
 ) -> SIMD[DType.uint32, FusedTile[columns].sums]:
     """sums + the warpgroup's 64 rows of A's staged lines · the `columns` columns of B's, over the stage's 128 k:
-    four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the next 32 bytes of every line, started as one
-    group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or refills the stage."""
+    four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the next 32 bytes of every
+    line, started as one group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or
+    refills the stage."""
     var a = swizzled_lines(stage.unsafe_offset(64 * warpgroup * FUSED_K))
     var b = swizzled_lines(stage.unsafe_offset(FUSED_ROWS * FUSED_K))
     var result = sums
@@ -1067,7 +1073,8 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     (128 or 64; else exact_fused_splits_summed does, after every split).
 
     The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
-    copied two stages ahead of its products, which run while the next stage is awaited. Warpgroup g sums
+    copied tile.ahead stages ahead of its products (2 for 256 columns, 1 for 128), which run while the next stage
+    is awaited. Warpgroup g sums
     a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k
     as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
     residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
@@ -1148,9 +1155,9 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
         for split in range(splits):
             var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
             comptime for i in range(moduli):
-                var word = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
+                var bytes = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
                 comptime for j in range(4):
-                    residues[16 * j + i] += (word >> UInt32(8 * j)) & 0xFF
+                    residues[16 * j + i] += (bytes >> UInt32(8 * j)) & 0xFF
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
@@ -1196,15 +1203,19 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     args.sizes[4] = Int64(1 if accumulate else 0)
     args.sizes[5] = Int64(splits)
     if fused_columns(K, splits) == 256:
-        launch_gpu_teams[moduli, FUSED_TEAM, 1, exact_fused_wide, FusedTile[256].shared_bytes](
+        comptime wide = FusedTile[256]
+        launch_gpu_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
             dev, fused_tiles(M, N, 256), args
         )
         return
-    launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_narrow, FusedTile[128].shared_bytes](
+    comptime narrow = FusedTile[128]
+    launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_narrow, narrow.shared_bytes](
         dev, splits * fused_tiles(M, N, 128), args
     )
     if splits > 1:
-        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_fused_splits_summed](dev, fused_tiles(M, N, 128), args)
+        launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_splits_summed](
+            dev, fused_tiles(M, N, 128), args
+        )
 
 
 # ---- the CPU's residue form: moduli below 2^12, int16 planes, pairs multiplied and added in int32 ---------------
@@ -1330,16 +1341,10 @@ def wide_micro_kernel[rows: Int, p: Int](
             var x = Pairs(a.unsafe_load(r * line_pairs + q))
             lo[r] += pair_products(x, b_lo)
             hi[r] += pair_products(x, b_hi)
-    comptime offset = Int32(p - (1 << 30) % p)  # ≡ −2^30 (mod p)
-
-    @always_inline
-    def reduced(sum: Pairs) -> Pairs:
-        return remainder_below_2_31[p]((sum + (1 << 30)).cast[DType.uint32]()).cast[DType.int32]() + offset
-
     comptime for r in range(rows):
         var row = sums.unsafe_offset(r * N)
-        var low = reduced(lo[r])
-        var high = reduced(hi[r])
+        var low = chunk_residue[p](lo[r]).cast[DType.int32]()
+        var high = chunk_residue[p](hi[r]).cast[DType.int32]()
         if columns == PAIR_NR:
             if not first:
                 low += row.unsafe_load[width=8](0)
