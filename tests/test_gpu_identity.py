@@ -91,6 +91,23 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
     assert same_bits(*results)
 
 
+@pytest.mark.parametrize("m,n,k,transpose_a", [(8192, 8192, 8192, False), (65536, 768, 768, False),
+                                                (768, 768, 65536, True), (3072, 768, 65536, True)])
+def test_large_exact_gemm_bits_match_cpu(m, n, k, transpose_a):
+    """The exact GEMM at issue 12's sizes: the H200's fused form (its own tiles and splits) gives the CPU's residue
+    form's bits (the CPU's own moduli and planes: only the integer X is shared), up to 8192³ and k = 65536."""
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32) * np.exp(rng.standard_normal((m, 1))).astype(np.float32)
+    stored_a = np.ascontiguousarray(a.T) if transpose_a else a
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    results = []
+    for device, residues in ((uform.Device.cpu(), True), (uform.Device.gpu(0), "fused")):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(stored_a), device.put(b), m, n, k, transpose_a=transpose_a, residues=residues)
+        results.append(c.numpy())
+    assert same_bits(*results)
+
+
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (130, 257, 100, False, False, True),
                                               (257, 130, 300, True, False, True), (129, 200, 77, False, True, False),
                                               (520, 390, 768, False, True, True), (133, 9, 70000, False, False, True),
