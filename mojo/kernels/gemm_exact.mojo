@@ -19,10 +19,9 @@ Two kernels, each one body for both launchers:
 This SIMT form is the definition's first, plain implementation. The residue form computes the same integers
 faster (`gemm_exact_residues_on`, what `kernels.gemm_exact(..., residues=True or "fused")` runs): on a GPU int8
 residues modulo 11 or 12 pairwise coprime moduli of at most 256, multiplied on the tensor cores (the sections
-below, unfused and fused),
-on the CPU int16 residues modulo 8 primes below 2^12, multiplied by AVX2's vpmaddwd in a blocked GEMM (the last
-section); either way the Chinese remainder theorem turns the residues into the integer, rounded once as here.
-Layouts as in gemm.mojo.
+below, unfused and fused), on the CPU int16 residues modulo 8 primes below 2^12, multiplied by AVX2's vpmaddwd in
+a blocked GEMM (the last section); either way the Chinese remainder theorem turns the residues into the integer,
+rounded once as here. Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
@@ -404,18 +403,18 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
 
 @always_inline
 def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int32) -> FixedGroup:
-    """The fixed-point values of elements [first, first + 16) of a line (element k at x[k·step]): zero past
-    `length` and for a non-finite line."""
-    var group = FixedGroup(SIMD[DType.int32, RESIDUE_GROUP](0), SIMD[DType.int32, RESIDUE_GROUP](0),
-                           SIMD[DType.int32, RESIDUE_GROUP](0))
-    comptime for j in range(RESIDUE_GROUP):
-        var k = first + j
-        if k < length and e != NON_FINITE:
-            var fixed = fixed_point(x.unsafe_load(k * step), bits, Int(e))
-            group.high[j] = Int32(fixed >> 32)
-            group.middle[j] = Int32((fixed >> 16) & 0xFFFF)
-            group.low[j] = Int32(fixed & 0xFFFF)
-    return group
+    """The fixed-point values of elements [first, first + 16) of a line (element k at x[k·step]; e its exponent):
+    zero past `length` and for a non-finite line. A whole group of contiguous elements is one load; else lane by
+    lane, each lane's index a constant (a lane indexed at run time goes through memory)."""
+    var values = SIMD[DType.float32, RESIDUE_GROUP](0)
+    if e != NON_FINITE:
+        if step == 1 and first + RESIDUE_GROUP <= length:
+            values = x.unsafe_load[width=RESIDUE_GROUP](first)
+        else:
+            comptime for j in range(RESIDUE_GROUP):
+                if first + j < length:
+                    values[j] = x.unsafe_load((first + j) * step)
+    return FixedGroup.of(fixed_point(values, bits, Int(e)))
 
 
 def exact_residues[moduli: Int](task: Int, args: Args):
@@ -685,8 +684,10 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> I
     """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU), the plane
     products' sums, the exponents and the partial maxima of a transposed operand's lines (`splits` as
     gemm_exact_residues_on takes it)."""
-    var planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
-    if not gpu:
+    var planes: Int
+    if gpu:
+        planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
+    else:
         planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
     return planes + 4 * (M + N) + 4 * max(M, N) * exponent_blocks(K)
 
@@ -896,6 +897,13 @@ def fused_tiles(M: Int, N: Int, columns: Int) -> Int:
     return (M + FUSED_ROWS - 1) // FUSED_ROWS * ((N + columns - 1) // columns)
 
 
+@always_inline
+def tile_origin(tile_index: Int, N: Int, columns: Int) -> Tuple[Int, Int]:
+    """The first row and column of tile `tile_index` (row tiles × column tiles, column tiles fastest)."""
+    var column_tiles = (N + columns - 1) // columns
+    return (tile_index // column_tiles * FUSED_ROWS, tile_index % column_tiles * columns)
+
+
 comptime FUSED_BLOCKS = 264  # blocks a fused product should give the GPU: two a multiprocessor of an H100 or H200
 comptime FUSED_MAX_SPLITS = 32  # ranges of k at most: the splits' summed residues stay below 2^13 (32·255)
 comptime FUSED_AUTO_SPLITS = 8  # ranges of k the kernel chooses at most
@@ -1089,9 +1097,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     var splits = args.size(5)
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
-    var column_tiles = (N + columns - 1) // columns
-    var row0 = task % tiles // column_tiles * FUSED_ROWS
-    var column0 = task % tiles % column_tiles * columns
+    var row0, column0 = tile_origin(task % tiles, N, columns)
     var per_split = ((line + FUSED_K - 1) // FUSED_K + splits - 1) // splits * FUSED_K
     var k_begin = task // tiles * per_split
     var k_end = min(line, k_begin + per_split)
@@ -1142,9 +1148,7 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
     var splits = args.size(5)
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
-    var column_tiles = (N + columns - 1) // columns
-    var row0 = tile_index // column_tiles * FUSED_ROWS
-    var column0 = tile_index % column_tiles * columns
+    var row0, column0 = tile_origin(tile_index, N, columns)
     var tid = Int(thread_idx.x)
     var lane = tid % 32
     var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
@@ -1285,16 +1289,7 @@ def wide_planes(
             var line = task // groups if along else task % lines
             var first = (task % groups if along else task // lines) * RESIDUE_GROUP
             var e = i32_at(exponents).unsafe_load(line)
-            var values = SIMD[DType.float32, RESIDUE_GROUP](0)  # zero past the line's end and for a non-finite line
-            var elements = x.unsafe_offset(line * line_stride)
-            if e != NON_FINITE:
-                if along and first + RESIDUE_GROUP <= length:
-                    values = elements.unsafe_load[width=RESIDUE_GROUP](first)
-                else:  # lane by lane, each lane's index a constant (a lane indexed at run time goes through memory)
-                    comptime for j in range(RESIDUE_GROUP):
-                        if first + j < length:
-                            values[j] = elements.unsafe_load((first + j) * element_stride)
-            var group = FixedGroup.of(fixed_point(values, bits, Int(e)))
+            var group = fixed_group(x.unsafe_offset(line * line_stride), element_stride, length, first, bits, e)
             comptime for i in range(WIDE_COUNT):
                 residues.unsafe_store((i * lines + line) * padded(length) + first,
                                       group.residues[WIDE_MODULI[i], DType.int16]())
