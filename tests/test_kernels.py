@@ -181,6 +181,17 @@ def test_exact_gemm_rounds_at_the_edges(device, k):
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues
 
 
+def test_rmsnorm_takes_its_residual_and_sum_together(device):
+    """The norm with its residual add needs both the residual and the buffer h that keeps the sum; one alone is
+    refused before any launch, the output untouched."""
+    x, weight = device.put(np.ones((2, 4), np.float32)), device.put(np.ones(4, np.float32))
+    y, rstd, residual = device.put(np.full((2, 4), 7.0, np.float32)), device.empty(2), device.empty((2, 4))
+    for given in (dict(residual=residual), dict(h=residual)):
+        with pytest.raises(ValueError, match="takes residual and h together"):
+            K.rmsnorm_forward(y, rstd, x, weight, 1e-5, **given)
+    assert (y.numpy() == 7.0).all()
+
+
 def test_gemm_refuses_k_ranges_it_does_not_define(device):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
     a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))
