@@ -173,8 +173,9 @@ def launch_fast_attention[body: GpuTeamBody, registers: Int](dev: DevicePtr, n: 
 @fieldwise_init
 struct ProductCall(ImplicitlyCopyable, Movable):
     """One GEMM call's operands: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for (0: none), for
-    fast mode A's and B's bf16 copies (0: none), and the identical product's k-range length (0: the canonical
-    rule; kernels/gemm.mojo). It travels to its launcher in Args slots (`of`), as every kernel's operands do."""
+    fast mode A's and B's bf16 copies (0: none), the k-range length of an Aᵀ·B product summed by rows (0: none;
+    kernels/gemm.mojo) and the fused exact kernel's split of k (0: its own choice). It travels to its launcher in
+    Args slots (`of`), as every kernel's operands do."""
 
     var c: F32Ptr
     var a: F32Ptr
@@ -187,13 +188,14 @@ struct ProductCall(ImplicitlyCopyable, Movable):
     var b16: Int
     var workspace: Int
     var range_length: Int
+    var splits: Int
 
     @staticmethod
     def of(args: Args) -> ProductCall:
-        """The call from its slots: addresses c a b a16 b16 workspace, sizes M N K accumulate range_length."""
+        """The call from its slots: addresses c a b a16 b16 workspace, sizes M N K accumulate range_length splits."""
         return ProductCall(args.f32(0), args.f32(1), args.f32(2), args.size(0), args.size(1), args.size(2),
                            args.flag(3), Int(args.addresses[3]), Int(args.addresses[4]), Int(args.addresses[5]),
-                           args.size(4))
+                           args.size(4), args.size(5))
 
 
 comptime ProductBody = def[transpose_a: Bool, transpose_b: Bool](DevicePtr, ProductCall) raises thin -> None
@@ -204,7 +206,7 @@ def product[body: ProductBody](
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
     transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, a16: PythonObject,
-    b16: PythonObject, workspace: PythonObject, range_length: PythonObject,
+    b16: PythonObject, workspace: PythonObject, range_length: PythonObject, splits: PythonObject,
 ) raises -> PythonObject:
     """C[M×N] (+)= op(A)·op(B) by `body`, compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
     var ta = Bool(py=transpose_a)
@@ -220,6 +222,7 @@ def product[body: ProductBody](
     args.sizes[2] = Int64(Int(py=K))
     args.sizes[3] = Int64(Int(Bool(py=accumulate)))
     args.sizes[4] = Int64(Int(py=range_length))
+    args.sizes[5] = Int64(Int(py=splits))
     var dev = device_of(device)
     if ta:
         record_or_launch[launch_product[body, True, False]](dev, 1, args)
@@ -236,7 +239,14 @@ def launch_product[body: ProductBody, transpose_a: Bool, transpose_b: Bool](dev:
 
 
 def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The identical GEMM (kernels/gemm.mojo); the workspace holds the split-k partial sums."""
+    """The identical GEMM: the exact product (kernels/gemm_exact.mojo, its fused form on a Hopper GPU) where the
+    canonical shape rule takes it (gemm_exact.exact_applies), else the fma chain (kernels/gemm.mojo); with k ranges
+    either way summed by the row tree. The workspace holds gemm_workspace's bytes."""
+    if gemm_exact.exact_applies(p.M, p.N, p.range_length if p.range_length > 0 else p.K):
+        gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
+            dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, 0, p.range_length
+        )
+        return
     gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace),
                                            p.range_length)
 
@@ -257,15 +267,16 @@ def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, 
     """The exact GEMM's residue form (kernels/gemm_exact.mojo): the same value from residues modulo primes (the
     GPU's on its tensor cores, the CPU's with vpmaddwd); the workspace holds the residue planes and their products."""
     gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
-                                                                p.workspace)
+                                                                p.workspace, p.splits, p.range_length)
 
 
 def exact_fused_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
     """The exact GEMM's fused tensor-core form (kernels/gemm_exact.mojo, exact_fused_tile): the residue form with
-    its plane products and reconstruction in the fused GPU kernel, k split into p.range_length ranges (0: the
-    kernel's choice); on the CPU the unfused residue form."""
-    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](dev, p.c, p.a, p.b, p.M, p.N, p.K,
-                                                                            p.accumulate, p.workspace, p.range_length)
+    its plane products and reconstruction in the fused GPU kernel, k split into p.splits ranges (0: the kernel's
+    choice); on the CPU the unfused residue form."""
+    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
+        dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, p.splits, p.range_length
+    )
 
 
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
@@ -273,22 +284,48 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def gemm_exact_workspace(
-    M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, gpu: PythonObject
-) raises -> PythonObject:
+def exact_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, range_length: Int, gpu: Bool) -> Int:
     """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in any form (the fused one's k in
-    `splits` ranges, 0 its own choice)."""
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var residues = gemm_exact.residue_workspace_bytes(m, n, k, Int(py=splits), Bool(py=gpu))
-    return PythonObject(max(gemm_exact.workspace_bytes(m, n, k), residues))
+    `splits` ranges, 0 its own choice; k cut into ranges of range_length, 0 none)."""
+    if 0 < range_length < K:
+        return gemm_exact.ranged_workspace_bytes(M, N, K, range_length, gpu)
+    return max(gemm_exact.workspace_bytes(M, N, K), gemm_exact.residue_workspace_bytes(M, N, K, splits, gpu))
+
+
+def gemm_exact_workspace(
+    M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, range_length: PythonObject,
+    gpu: PythonObject,
+) raises -> PythonObject:
+    """exact_workspace_bytes for Python."""
+    return PythonObject(exact_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Int(py=splits), Int(py=range_length),
+                                              Bool(py=gpu)))
+
+
+def gemm_is_exact(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject) raises -> PythonObject:
+    """Whether the identical GEMM runs an M×N×K product (k cut into ranges of range_length, 0 none) exactly
+    (gemm_exact.exact_applies)."""
+    var k_range = Int(py=range_length)
+    return PythonObject(gemm_exact.exact_applies(Int(py=M), Int(py=N), k_range if k_range > 0 else Int(py=K)))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
                 range_length: PythonObject) raises -> PythonObject:
-    """How many k ranges the canonical order cuts an M×N×K product into (the workspace holds that many M×N)."""
+    """How many k ranges the fma chain's canonical order cuts an M×N×K product into."""
     return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K), Bool(py=transpose_a), Int(py=range_length)))
+
+
+def gemm_workspace(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
+                   range_length: PythonObject, gpu: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace the identical GEMM needs for an M×N×K product: the exact form's (gemm_is_exact), or
+    the fma chain's partial sums of its k ranges (none for one range)."""
+    var m = Int(py=M)
+    var n = Int(py=N)
+    var k = Int(py=K)
+    var k_range = Int(py=range_length)
+    if gemm_exact.exact_applies(m, n, k_range if k_range > 0 else k):
+        return PythonObject(exact_workspace_bytes(m, n, k, 0, k_range, Bool(py=gpu)))
+    var chunks = gemm.k_chunks(m, n, k, Bool(py=transpose_a), k_range)
+    return PythonObject(4 * chunks * m * n if chunks > 1 else 0)
 
 
 def register[launch: Launcher](
@@ -363,10 +400,12 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[product[identical_product]]("gemm")
         m.def_function[gemm_chunks]("gemm_chunks")
+        m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
         m.def_function[product[exact_fused_product]]("gemm_exact_fused")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
+        m.def_function[gemm_is_exact]("gemm_is_exact")
         m.def_function[product[fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()

@@ -108,6 +108,29 @@ def test_large_exact_gemm_bits_match_cpu(m, n, k, transpose_a):
     assert same_bits(*results)
 
 
+@pytest.mark.parametrize("m,n,k,k_range,transpose_a,transpose_b", [
+    (65536, 768, 768, 0, False, False), (4096, 3072, 768, 0, False, True), (768, 3072, 16 * 1024, 1024, True, False),
+    (3072, 768, 8 * 1024, 1024, True, False), (300, 520, 4 * 520 + 7, 520, True, False), (768, 768, 4096, 0, True, False),
+])
+def test_identical_gemm_through_the_exact_gemm_bits_match_cpu(m, n, k, k_range, transpose_a, transpose_b):
+    """kernels.gemm where its shape rule takes the exact GEMM, at the encoder's shapes: the H200's fused form (weight
+    gradients by packed rows: the rows' products in one fused launch for rows of whole 128-token stages, else one
+    product a row) gives the CPU's residue form's bits."""
+    assert K.gemm_is_exact(m, n, k, k_range)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    a *= np.exp(rng.standard_normal((k, 1) if transpose_a else (m, 1))).astype(np.float32)
+    b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        c = device.put(c0)
+        K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+               accumulate=True, k_range=k_range)
+        results.append(c.numpy())
+    assert same_bits(*results)
+
+
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (130, 257, 100, False, False, True),
                                               (257, 130, 300, True, False, True), (129, 200, 77, False, True, False),
                                               (520, 390, 768, False, True, True), (133, 9, 70000, False, False, True),
@@ -180,10 +203,12 @@ def test_cross_entropy_bits_match_cpu_on_special_logits(vocab):
 @pytest.mark.parametrize("shape", [
     LanguageModelConfig(),
     LanguageModelConfig(batch=4, length=64, width=128, heads=4, kv_heads=2, mlp=256, layers=3),
-], ids=["default", "wide"])
+    LanguageModelConfig(batch=2, length=256, width=256, heads=4, kv_heads=2, mlp=512, layers=2),
+], ids=["default", "wide", "exact"])
 def test_language_model_run_bits_match_cpu(shape, monkeypatch):
-    """100 steps (20 for the wide shape) on the CPU and on the GPU, its steps replayed as a device graph, as a
-    loop of launches and launched from Python (UFORM_STEP_PLANS): the same losses, logits and state."""
+    """100 steps (20 for the wider shapes) on the CPU and on the GPU, its steps replayed as a device graph, as a
+    loop of launches and launched from Python (UFORM_STEP_PLANS): the same losses, logits and state. The exact
+    shape's MLP products run the exact GEMM (its shape rule)."""
     steps = 100 if shape == LanguageModelConfig() else 20
     rng = np.random.default_rng(5)
     weights = (rng.standard_normal(shape.n_total) * 0.05).astype(np.float32)
@@ -234,6 +259,33 @@ def test_joint_training_bits_match_cpu(tmp_path):
     resumed = load_file(run("gpu", 20, resume=half))
     for name in resumed:
         assert same_bits(resumed[name], tensors[1][name]), name
+
+
+def test_encoder_training_through_the_exact_gemm_bits_match_cpu(tmp_path):
+    """5 JOINT steps of a model whose products the exact GEMM's shape rule takes (hidden 256, an MLP of 1024, packed
+    rows of 512 tokens, so every weight gradient is an exact product a row, added in the row tree) on the CPU and
+    on the GPU: bit-identical checkpoints."""
+    texts = [f"item {i}: " + "abcdefghij"[i % 10] * (40 + 13 * i) for i in range(8)]
+
+    def run(executor):
+        trainer = uform.Trainer.init_vram(
+            uform.Executor.for_ram() if executor == "cpu" else uform.Executor.for_vram([0]),
+            depth=1, hidden=256, objective=uform.Objective.JOINT,
+            batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=8, max_columns_per_row=512),
+            schedule=uform.Schedule(steps=5, learning_rate=2e-3), seed=7)
+        for step in range(5):
+            order = np.roll(np.arange(8), step)
+            trainer.step([uform.Modality.TEXT] * 8, [texts[i] for i in order],
+                         relations=uform.Relations(attract=(np.arange(9), np.argsort(order)[order ^ 1])))
+        path = tmp_path / f"{executor}.safetensors"
+        trainer.save(path)
+        return path
+
+    from safetensors.numpy import load_file
+
+    tensors = [load_file(run(executor)) for executor in ("cpu", "gpu")]
+    for name in tensors[0]:
+        assert same_bits(tensors[0][name], tensors[1][name]), name
 
 
 def test_media_training_bits_match_cpu(tmp_path):

@@ -5,7 +5,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kernel_cases import all_cases, attention_inputs, run_attention
+from kernel_cases import all_cases, attention_inputs, f64, run_attention
 from uform import kernels as K
 
 
@@ -190,6 +190,68 @@ def test_rmsnorm_takes_its_residual_and_sum_together(device):
         with pytest.raises(ValueError, match="takes residual and h together"):
             K.rmsnorm_forward(y, rstd, x, weight, 1e-5, **given)
     assert (y.numpy() == 7.0).all()
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(256, 256, 512, False, False, False), (300, 257, 600, True, False, True),
+                                              (257, 300, 513, False, True, False)])
+def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, ta, tb, acc):
+    """kernels.gemm gives the exact GEMM's bits (uform.reference.exact_gemm, then C0 added) where the canonical
+    shape rule takes a product (k ≥ 512, m and n ≥ 256), in every layout; one short of the rule on any side it
+    keeps the fma chain, whose roundings differ from the exact sum's."""
+    from uform.reference import exact_gemm
+
+    assert K.gemm_is_exact(m, n, k)
+    assert not any((K.gemm_is_exact(255, n, k), K.gemm_is_exact(m, 255, k), K.gemm_is_exact(m, n, 511)))
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    stored_a, stored_b = (np.ascontiguousarray(a.T) if ta else a), (np.ascontiguousarray(b.T) if tb else b)
+    c = device.put(c0)
+    K.gemm(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb, accumulate=acc)
+    expected = exact_gemm.exact_gemm(a, b)
+    if acc:
+        expected = c0 + expected
+    assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32))
+    below = device.empty((m, n))
+    K.gemm(below, device.put(a[:, :511]), device.put(b[:511]), m, n, 511)
+    differing = below.numpy() != exact_gemm.exact_gemm(a[:, :511], b[:511])
+    assert differing.any() and np.abs(below.numpy() - f64(a[:, :511]) @ f64(b[:511])).max() < 1e-4 * np.sqrt(511)
+
+
+@pytest.mark.parametrize("k,k_range,acc", [(3 * 512, 512, True), (5 * 512, 512, False), (2 * 640 + 100, 640, True)])
+def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, acc):
+    """An Aᵀ·B product cut into k ranges (the encoder's weight gradients, a range a packed row) whose length the rule
+    takes: each range's exact product (the reference's bits) rounded alone, the ranges added in the row tree
+    (T(0..n) = T(0..m) + T(m..n)), then C0; a shorter last range its own length's product; kernels.gemm and
+    gemm_exact's residue forms alike."""
+    from uform.reference import exact_gemm
+    from uform.training.world import row_tree
+
+    m, n = 260, 300
+    rng = np.random.default_rng(k)
+    a = (rng.standard_normal((k, m)) * np.exp(rng.standard_normal((k, 1)))).astype(np.float32)  # stored Aᵀ
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    parts = [exact_gemm.exact_gemm(np.ascontiguousarray(a[r:r + k_range].T), b[r:r + k_range])
+             for r in range(0, k, k_range)]
+    expected = row_tree(parts)
+    if acc:
+        expected = c0 + expected
+    assert K.gemm_is_exact(m, n, k, k_range)
+    results = []
+    c = device.put(c0)
+    K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=True, k_range=k_range, accumulate=acc)
+    results.append(c.numpy())
+    for residues in (True, "fused"):
+        c = device.put(c0)
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=True, k_range=k_range, accumulate=acc,
+                     residues=residues)
+        results.append(c.numpy())
+    for got in results:
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+    with pytest.raises(ValueError, match="k_range must be 0, or positive for an Aᵀ·B product in a residue form"):
+        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=True, k_range=k_range)
 
 
 def test_gemm_refuses_k_ranges_it_does_not_define(device):

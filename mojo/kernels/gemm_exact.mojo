@@ -28,7 +28,7 @@ from std.bit import count_leading_zeros
 from std.memory import bitcast
 from std.collections import Array
 from std.sys import llvm_intrinsic
-from engine.device import F32Ptr, I32Ptr, i32_at
+from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
 from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
                            launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
@@ -43,6 +43,7 @@ from max.gpu.primitives.warp import shuffle_down
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
 from kernels.gemm import transposed
+from kernels.tree_sum import tree_sum
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -51,6 +52,18 @@ comptime LIMB = 16  # bits of a fixed-point value's low limb
 comptime NON_FINITE = Int32(1 << 30)  # the exponent a line holding an infinity or a NaN records
 comptime MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217)  # pairwise coprime, each ≤ 256
 comptime MAX_K = 1 << 20  # the longest contraction the definition covers
+
+
+comptime EXACT_MIN_K = 512  # the shortest k (or k range) the identical GEMM takes exactly
+comptime EXACT_MIN_SIDE = 256  # the fewest rows, and columns, of a product it takes exactly
+
+
+def exact_applies(M: Int, N: Int, K: Int) -> Bool:
+    """The identical GEMM's canonical shape rule (docs/numerics.md): an M × N product over K (or over k ranges of
+    length K) is this exact product when K ≥ 512 and M, N ≥ 256, and the fma chain of kernels/gemm.mojo below
+    that, on every device alike. Below it the exact form's fixed costs lead: per output a reconstruction of about
+    150 integer operations (as many as 768·11 int8 products), per operand value the residues of 11 moduli."""
+    return K >= EXACT_MIN_K and M >= EXACT_MIN_SIDE and N >= EXACT_MIN_SIDE
 
 
 def moduli_count(K: Int) -> Int:
@@ -333,28 +346,41 @@ def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
         args.i32(0).unsafe_store(line, exponent_of_largest(largest))
 
 
-comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
-comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines", "")
+comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads, unless the product is cut into k ranges
+comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines block", "")
 
 
 def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
-    b·lines + line stores partial[task] = the largest magnitude's bits among elements [64b, 64b + 64) of
-    line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks."""
+    b·lines + line stores partial[task] = the largest magnitude's bits among elements [block·b, block·(b + 1)) of
+    line `line`, so neighbouring tasks read neighbouring floats and a long line spreads over many tasks (block:
+    EXPONENT_BLOCK, or a k range's length, whose maxima are then its lines' own)."""
     var length = args.size(0)
     var step = args.size(2)
     var lines = args.size(3)
+    var block = args.size(4)
     var line = task % lines
-    var first = task // lines * EXPONENT_BLOCK
+    var first = task // lines * block
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var largest = UInt32(0)
-    for i in range(first, min(length, first + EXPONENT_BLOCK)):
+    for i in range(first, min(length, first + block)):
         largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
     args.i32(0).unsafe_store(task, Int32(largest))
 
 
 comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
-comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride element_stride bits lines", "")
+comptime EXACT_RESIDUES = Interface(
+    "residues exponents x", "length line_stride element_stride bits lines range_length", ""
+)
+
+
+@always_inline
+def exponent_at(args: Args, line: Int, k: Int) -> Int32:
+    """The exponent that element k of line `line` is cut with (EXACT_RESIDUES' args): the line's, or with k cut into
+    ranges of range_length (a product per range) its range's, at exponents[range·lines + line]."""
+    var range_length = args.size(5)
+    var index = line if range_length == 0 else k // range_length * args.size(4) + line
+    return args.i32(1).unsafe_load(index)
 
 
 @always_inline
@@ -419,7 +445,7 @@ def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int
 
 def exact_residues[moduli: Int](task: Int, args: Args):
     """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
-    [16g, 16g + 16) of line `line` of x (as exact_prep takes it; e from line_exponents) and stores the symmetric
+    [16g, 16g + 16) of line `line` of x (as exact_prep takes it, cut with exponent_at's e) and stores the symmetric
     residues of their fixed-point values modulo each of the first `moduli` MODULI at
     residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
     zero), so a line's groups lie side by side."""
@@ -429,7 +455,7 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     var groups = padded(length) // RESIDUE_GROUP
     var line = task // groups
     var first = (task - line * groups) * RESIDUE_GROUP
-    var e = args.i32(1).unsafe_load(line)
+    var e = exponent_at(args, line, first)
     var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length, first, bits, e)
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     comptime for i in range(moduli):
@@ -473,7 +499,7 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
         var line = first_line + thread % TILE_LINES
         var g = first_group + thread // TILE_LINES
         if line < lines and g < groups:
-            var e = args.i32(1).unsafe_load(line)
+            var e = exponent_at(args, line, g * RESIDUE_GROUP)
             var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), step, length, g * RESIDUE_GROUP,
                                     bits, e)
             var at = thread % TILE_LINES * TILE_ROW + thread // TILE_LINES * RESIDUE_GROUP
@@ -701,15 +727,20 @@ def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
-    splits: Int = 0,
+    splits: Int = 0, range_length: Int = 0,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
     residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
     reconstruction in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its
-    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits)."""
+    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits). A positive
+    range_length below K (Aᵀ·B only) cuts k into ranges, a product each, combined by the row tree
+    (gemm_exact_ranges_on; the workspace then holds ranged_workspace_bytes)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
-    if not dev[].is_gpu():
+    if 0 < range_length < K:
+        gemm_exact_ranges_on[transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace,
+                                                               range_length)
+    elif not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
     elif moduli_count(K) == 11:
         residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
@@ -765,12 +796,13 @@ def reconstruct[moduli: Int, wide: Bool](
 
 def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
-    line_stride: Int, element_stride: Int, bits: Int,
+    line_stride: Int, element_stride: Int, bits: Int, range_length: Int = 0,
 ) raises:
     """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
     a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
-    warp's reads are contiguous either way, and so are its stores of residues."""
-    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
+    warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
+    k is cut with its own exponents (exponent_at)."""
+    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
     var planes = Args.empty()  # EXACT_RESIDUES
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
@@ -780,6 +812,7 @@ def residue_planes[moduli: Int](
     planes.sizes[2] = Int64(element_stride)
     planes.sizes[3] = Int64(bits)
     planes.sizes[4] = Int64(lines)
+    planes.sizes[5] = Int64(range_length)
     var groups = padded(length) // RESIDUE_GROUP
     if element_stride == 1:
         launch_index[exact_residues[moduli]](dev, lines * groups, planes)
@@ -792,12 +825,32 @@ def residue_planes[moduli: Int](
 
 def line_exponents_on(
     dev: DevicePtr, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
-    element_stride: Int,
+    element_stride: Int, range_length: Int = 0,
 ) raises:
     """exponents[line] = e of each line. Where a line's elements are contiguous, a GPU warp takes a line
     (line_exponents); else the lines' partial maxima over blocks of k (partial_maxima, into `partial`; a partial
-    maximum's bits are a magnitude's, so line_exponents over them finds the line's e)."""
-    if element_stride == 1:
+    maximum's bits are a magnitude's, so line_exponents over them finds the line's e). With a range_length, the e
+    of each range of each line, at exponents[range·lines + line]: the partial maxima over the ranges, each then
+    a line of one value."""
+    if range_length > 0:
+        var ranges = (length + range_length - 1) // range_length
+        var range_maxima = Args.empty()  # PARTIAL_MAXIMA over blocks of a range
+        range_maxima.addresses[0] = Int64(partial)
+        range_maxima.addresses[1] = Int64(Int(x))
+        range_maxima.sizes[0] = Int64(length)
+        range_maxima.sizes[1] = Int64(line_stride)
+        range_maxima.sizes[2] = Int64(element_stride)
+        range_maxima.sizes[3] = Int64(lines)
+        range_maxima.sizes[4] = Int64(range_length)
+        launch_index[partial_maxima](dev, ranges * lines, range_maxima)
+        var each = Args.empty()  # LINE_EXPONENTS: each maximum a line of its own
+        each.addresses[0] = Int64(exponents)
+        each.addresses[1] = Int64(partial)
+        each.sizes[0] = Int64(1)
+        each.sizes[1] = Int64(1)
+        each.sizes[2] = Int64(1)
+        launch_rows[line_exponents](dev, ranges * lines, each)
+    elif element_stride == 1:
         var args = Args.empty()  # LINE_EXPONENTS
         args.addresses[0] = Int64(exponents)
         args.addresses[1] = Int64(Int(x))
@@ -814,6 +867,7 @@ def line_exponents_on(
         partials.sizes[1] = Int64(line_stride)
         partials.sizes[2] = Int64(element_stride)
         partials.sizes[3] = Int64(lines)
+        partials.sizes[4] = Int64(EXPONENT_BLOCK)
         launch_index[partial_maxima](dev, blocks * lines, partials)
         var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: line l's are `lines` apart
         maxima.addresses[0] = Int64(exponents)
@@ -1069,7 +1123,7 @@ def fold_sums[p: Int, columns: Int](
 
 
 comptime EXACT_FUSED = Interface(
-    "c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate splits", ""
+    "c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate splits ranges", ""
 )
 
 
@@ -1078,7 +1132,8 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
     residue planes residue_planes wrote: for every modulus the plane products of the split's range of k on the
     tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds its outputs
-    (128 or 64; else exact_fused_splits_summed does, after every split).
+    (128 or 64; else exact_fused_splits_summed does, after every split). With `ranges`, each split is a product
+    of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
 
     The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
     copied tile.ahead stages ahead of its products (2 for 256 columns, 1 for 128), which run while the next stage
@@ -1133,30 +1188,38 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
         if k >= k_end:
             k = k_begin
             i += 1
-    if splits == 1:
+    if args.flag(6):
+        reconstruct_tile[moduli, columns](task % tiles, args, task // tiles)
+    elif splits == 1:
         reconstruct_tile[moduli, columns](task, args)
 
 
 @always_inline
-def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
+def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own_range: Int = -1):
     """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
     the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_store's residues r_i ≡ X (mod p_i)),
     reconstructed and rounded by crt_store, as crt_round does from its residues: the same integer X, so the
-    unfused form's bits."""
+    unfused form's bits. own_range ≥ 0 (`ranges`): that split's residues alone, its range's exponents (at
+    range·M and range·N) and its partial (at range·M·N)."""
     var M = args.size(0)
     var N = args.size(1)
     var splits = args.size(5)
+    var first_split = max(own_range, 0)
+    var product = max(own_range, 0)  # 0 unless the split is a range of its own
+    if own_range >= 0:
+        splits = 1
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
     var row0, column0 = tile_origin(tile_index, N, columns)
     var tid = Int(thread_idx.x)
     var lane = tid % 32
     var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
-    var a_exponents = args.i32(3)
-    var b_exponents = args.i32(4)
+    var a_exponents = args.i32(3).unsafe_offset(product * M)
+    var b_exponents = args.i32(4).unsafe_offset(product * N)
+    var c = args.f32(0).unsafe_offset(product * M * N)
     for w in range(tile.words):
         var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
-        for split in range(splits):
+        for split in range(first_split, first_split + splits):
             var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
             comptime for i in range(moduli):
                 var bytes = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
@@ -1166,7 +1229,7 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args):
             var m = row + 8 * (j // 2)
             var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
             if m < M and n < N:
-                crt_store[moduli](args.f32(0), m * N + n, residues.slice[16, offset=16 * j](),
+                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](),
                                   a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
 
 
@@ -1189,10 +1252,10 @@ def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
 
 def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
                                 b_exponents: Int, residues: Int, M: Int, N: Int, K: Int, bits: Int,
-                                accumulate: Bool, splits: Int) raises:
+                                accumulate: Bool, splits: Int, ranges: Bool = False) raises:
     """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × fused_columns
-    outputs and a range of k (`splits` of them, then exact_fused_splits_summed if more than one); `residues`
-    holds fused_scratch_bytes(M, N, K, moduli, splits)."""
+    outputs and a range of k (`splits` of them, then exact_fused_splits_summed if more than one, unless with
+    `ranges` each is a product of its own); `residues` holds fused_scratch_bytes(M, N, K, moduli, splits)."""
     var args = Args.empty()  # EXACT_FUSED
     args.addresses[0] = Int64(Int(c))
     args.addresses[1] = Int64(a_residues)
@@ -1206,6 +1269,7 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     args.sizes[3] = Int64(bits)
     args.sizes[4] = Int64(1 if accumulate else 0)
     args.sizes[5] = Int64(splits)
+    args.sizes[6] = Int64(1 if ranges else 0)
     if fused_columns(K, splits) == 256:
         comptime wide = FusedTile[256]
         launch_gpu_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
@@ -1216,10 +1280,98 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_narrow, narrow.shared_bytes](
         dev, splits * fused_tiles(M, N, 128), args
     )
-    if splits > 1:
+    if splits > 1 and not ranges:
         launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_splits_summed](
             dev, fused_tiles(M, N, 128), args
         )
+
+
+# ---- k ranges: a product per packed row, combined by the row tree ---------------------------------------------
+#
+# The encoder's weight gradients sum over tokens by packed rows (docs/mesh.md): kernels.gemm's k_range cuts an Aᵀ·B
+# product's k into ranges of one row's tokens, and each range is an exact product of its own (its lines' exponents
+# over its own elements, b from its own length), rounded once into a partial; the row tree (kernels/tree_sum.mojo)
+# then adds the partials. A device holding an aligned block of rows computes a subtree of the same sum. On a GPU
+# with the fused kernel the ranges run together (one exponent pass, one residue pass and one fused launch whose
+# splits are the ranges, each reconstructing its own partial), where the ranges are equal and a whole number of
+# its stages; elsewhere one product per range.
+
+
+def ranged_together(K: Int, range_length: Int) -> Bool:
+    """Whether the fused kernel takes a GPU's k ranges in one launch: equal ranges of whole stages."""
+    return K % range_length == 0 and range_length % FUSED_K == 0
+
+
+def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool) -> Int:
+    """Bytes of gemm_exact_ranges_on's workspace: the partials (float32, a range each), then on a GPU whose fused
+    kernel takes the ranges together the planes of the whole k, the ranges' exponents, their partial maxima and the
+    fused kernel's residues; else one range's residue workspace."""
+    var ranges = (K + range_length - 1) // range_length
+    var partials = 4 * ranges * M * N
+    if gpu and ranged_together(K, range_length):
+        var moduli = moduli_count(range_length)
+        return (partials + moduli * (M + N) * K + 4 * ranges * (M + N) + 4 * ranges * max(M, N)
+                + fused_scratch_bytes(M, N, K, moduli, ranges))
+    var last = K - (ranges - 1) * range_length
+    return partials + max(residue_workspace_bytes(M, N, range_length, 0, gpu),
+                          residue_workspace_bytes(M, N, last, 0, gpu))
+
+
+def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
+    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+    range_length: Int,
+) raises:
+    """C (+)= T(P_0, P_1, …) with P_r the exact product of k range r ([r·L, min((r + 1)·L, K)), L = range_length)
+    and T the row tree (then C0 added once, as kernels.gemm's k ranges do); `workspace` holds
+    ranged_workspace_bytes(M, N, K, L, dev[].is_gpu())."""
+    comptime if not transpose_a or transpose_b:
+        raise Error("gemm_exact: k ranges are for Aᵀ·B products")
+    var ranges = (K + range_length - 1) // range_length
+    var partials = workspace
+    var rest = workspace + 4 * ranges * M * N
+    var together = False
+    comptime if HAS_ACCELERATOR and fused:
+        together = dev[].is_gpu() and ranged_together(K, range_length)
+    if together:
+        comptime if HAS_ACCELERATOR and fused:
+            if moduli_count(range_length) == 11:
+                ranges_fused[11](dev, partials, a, b, M, N, K, range_length, rest)
+            else:
+                ranges_fused[12](dev, partials, a, b, M, N, K, range_length, rest)
+    else:
+        for r in range(ranges):
+            var first = r * range_length
+            # a(m, k) at k·M + m and b(k, n) at k·N + n: range r's operands start at row `first`
+            gemm_exact_residues_on[True, False, fused](dev, f32_at(partials + 4 * r * M * N),
+                                                       a.unsafe_offset(first * M), b.unsafe_offset(first * N), M, N,
+                                                       min(range_length, K - first), False, rest)
+    var args = Args.empty()  # TREE_SUM
+    args.addresses[0] = Int64(Int(c))
+    args.addresses[1] = Int64(partials)
+    args.sizes[0] = Int64(M * N)
+    args.sizes[1] = Int64(ranges)
+    args.sizes[2] = Int64(1 if accumulate else 0)
+    launch_elements[tree_sum](dev, M * N, args)
+
+
+def ranges_fused[moduli: Int](
+    dev: DevicePtr, partials: Int, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, range_length: Int, workspace: Int
+) raises:
+    """Every range's exact product of an Aᵀ·B product together, into partials[r·M·N …] (GPU, fused kernel): the
+    ranges' exponents and the planes of the whole k cut range by range (residue_planes with the range_length), then
+    one fused launch whose splits are the ranges, each block reconstructing its range's partial."""
+    var ranges = K // range_length
+    var bits = bits_per_side(range_length)
+    var a_residues = workspace
+    var b_residues = a_residues + moduli * M * K
+    var a_exponents = b_residues + moduli * N * K
+    var b_exponents = a_exponents + 4 * ranges * M
+    var maxima = b_exponents + 4 * ranges * N
+    var residues = maxima + 4 * ranges * max(M, N)
+    residue_planes[moduli](dev, a_residues, a_exponents, maxima, a, M, K, 1, M, bits, range_length)
+    residue_planes[moduli](dev, b_residues, b_exponents, maxima, b, N, K, 1, N, bits, range_length)
+    fused_products[moduli](dev, f32_at(partials), a_residues, b_residues, a_exponents, b_exponents, residues, M, N,
+                           K, bits, False, ranges, ranges=True)
 
 
 # ---- the CPU's residue form: moduli below 2^12, int16 planes, pairs multiplied and added in int32 ---------------

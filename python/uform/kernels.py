@@ -191,9 +191,22 @@ def fill(y: Buffer, value: float) -> None:
 # ---- GEMM ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4096)
-def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool, k_range: int) -> int:
-    """How many k ranges the canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo)."""
+def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool = False, k_range: int = 0) -> int:
+    """How many k ranges the fma chain's canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo)."""
     return int(_engine.gemm_chunks(m, n, k, bool(transpose_a), int(k_range)))
+
+
+@functools.lru_cache(maxsize=4096)
+def gemm_is_exact(m: int, n: int, k: int, k_range: int = 0) -> bool:
+    """Whether the identical GEMM (``gemm``) runs an m×n×k product as the exact GEMM, by the canonical shape rule
+    (k, or the k range's length, at least 512, and m and n at least 256; docs/numerics.md), rather than the fma
+    chain. The same answer on every device."""
+    return bool(_engine.gemm_is_exact(m, n, k, int(k_range)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: int, gpu: bool) -> int:
+    return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu)))
 
 
 def _gemm_operands(what: str, c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int,
@@ -223,10 +236,12 @@ def _scratch_bytes(device, nbytes: int) -> Buffer:
 
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
                transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False,
-               residues: bool | str = False, splits: int = 0) -> None:
+               residues: bool | str = False, splits: int = 0, k_range: int = 0) -> None:
     """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
-    operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. Not
-    yet the trainers' GEMM; layouts as ``gemm``. Three forms, the same bits: the limb form (``residues=False``),
+    operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. The
+    identical GEMM (``gemm``) runs it where ``gemm_is_exact``; layouts as ``gemm``, and k_range as there (Aᵀ·B,
+    the residue forms: each range its own exact product, the ranges combined by the row tree).
+    Three forms, the same bits: the limb form (``residues=False``),
     the residue form (``True``: on a GPU int8 residue planes, their products on cuBLAS, then the reconstruction;
     on the CPU int16 residue planes and AVX2, the fastest exact form there) and ``residues="fused"``, whose plane
     products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
@@ -240,12 +255,15 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
         raise ValueError(f"gemm_exact: residues must be False, True or 'fused', got {residues!r}")
     if not isinstance(splits, int) or isinstance(splits, bool) or splits < 0:
         raise ValueError(f"gemm_exact: splits must be an int >= 0, got {splits!r}")
+    if k_range < 0 or (k_range and (not transpose_a or transpose_b or residues is False)):
+        raise ValueError(f"gemm_exact: k_range must be 0, or positive for an Aᵀ·B product in a residue form, "
+                         f"got {k_range}")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
     if product is _engine.gemm_exact_residues and device.is_gpu:
         load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
-    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, device.is_gpu))
+    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, k_range, device.is_gpu))
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), 0, 0, workspace.address, splits)
+          bool(transpose_b), bool(accumulate), 0, 0, workspace.address, k_range, splits)
 
 
 def cast_bf16(y: Buffer, x: Buffer) -> None:
@@ -260,9 +278,14 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
          a16: Buffer | None = None, b16: Buffer | None = None, k_range: int = 0) -> None:
     """C[m×n] (+)= op(A)·op(B); A is m×k (k×m if transpose_a), B is k×n (n×k if transpose_b).
 
-    k_range > 0 (Aᵀ·B only): k cut into ranges of that length (one per packed row), each its own fma chain,
-    combined by the row tree (``tree_sum``), so devices holding aligned blocks of rows can sum their own and
-    combine (docs/mesh.md); 0: the canonical rule. Fast products ignore it.
+    The identical GEMM: the exact GEMM (``gemm_exact``: one rounding of the exact sum; on a Hopper GPU its fused
+    form) where the canonical shape rule takes the product (``gemm_is_exact``), else the fma chain of
+    kernels/gemm.mojo; the same bits on every device either way (docs/numerics.md).
+
+    k_range > 0 (Aᵀ·B only): k cut into ranges of that length (one per packed row), each its own product (an
+    exact one, or an fma chain, by the rule applied to the range's length), combined by the row tree
+    (``tree_sum``), so devices holding aligned blocks of rows can sum their own and combine (docs/mesh.md); 0: the
+    canonical rule. Fast products ignore it.
 
     fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
     copies from a16 and b16 when given (``cast_bf16`` of A and of B, or a fast producer's copy, made once for
@@ -276,17 +299,18 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
         workspace = _scratch_bytes(device, _engine.gemm_fast_workspace(m, n, k))
         _call("gemm_fast", _engine.gemm_fast, device, c.address, 0 if a is None else a.address,
               0 if b is None else b.address, m, n, k, bool(transpose_a), bool(transpose_b), bool(accumulate),
-              0 if a16 is None else a16.address, 0 if b16 is None else b16.address, workspace.address, 0,
+              0 if a16 is None else a16.address, 0 if b16 is None else b16.address, workspace.address, 0, 0,
               label=label + "_fast")
         return
     device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
     if k_range < 0 or (k_range and not transpose_a):
         raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
-    chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
-    partials = device.scratch(chunks * m * n).address if chunks > 1 else 0
+    nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu)
+    workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
+    exact = gemm_is_exact(m, n, k, int(k_range))
     _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), 0, 0, partials, int(k_range),
-          label=label + ("_rows" if k_range else "_split_k" if chunks > 1 else ""))
+          bool(accumulate), 0, 0, workspace, int(k_range), 0,
+          label=label + ("_exact" if exact else "") + ("_rows" if k_range else "" if exact or not nbytes else "_split_k"))
 
 
 # ---- rows ------------------------------------------------------------------------------------

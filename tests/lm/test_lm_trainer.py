@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 
 import uform
+from uform import kernels as K
 from uform.lm import LanguageModelConfig, LanguageModelTrainer, state_sha256
 from uform.reference import lm_numpy as reference
 
 MULTI = LanguageModelConfig(batch=3, length=12, width=64, heads=8, kv_heads=2, mlp=96, layers=3, vocab_size=256)
+EXACT = LanguageModelConfig(batch=2, length=256, width=256, heads=4, kv_heads=2, mlp=512, layers=1)  # MLP products exact
 
 
 def initial(shape, seed=0, scale=0.02):
@@ -39,8 +41,12 @@ def test_seed_example_runs_unchanged():
     assert hasattr(mojolearn.lm_corpus, "TokenBatches")
 
 
-@pytest.mark.parametrize("shape", [LanguageModelConfig(), MULTI], ids=["default", "multi"])
+@pytest.mark.parametrize("shape", [LanguageModelConfig(), MULTI, EXACT], ids=["default", "multi", "exact"])
 def test_gradients_match_float64_reference(shape):
+    """One step's loss and gradients against the float64 numpy reference; at the EXACT shape the down projection,
+    the dX product through the MLP and the MLP's weight gradients run the exact GEMM (its shape rule)."""
+    tokens = shape.batch * shape.length
+    assert K.gemm_is_exact(tokens, shape.width, shape.mlp) == (shape == EXACT)
     weights = initial(shape, scale=0.1)
     ids = batches(shape, 1)[0]
     trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, resident=False, executor="cpu")

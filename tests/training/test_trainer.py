@@ -9,6 +9,8 @@ import pytest
 
 import uform
 from trainer_cases import PAIRS, TEXTS, assert_gradients_match, engine_and_reference, tiny
+from uform import kernels as K
+
 
 def test_seed_example_runs_with_text_items(tmp_path):
     executor = uform.Executor.for_ram()
@@ -40,6 +42,23 @@ def test_whole_step_gradients_match_float64_reference(form, objective):
     assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
     assert losses.masked == pytest.approx(float(reference["masked"]), rel=2e-5, abs=1e-7)
     assert losses.contrastive == pytest.approx(float(reference["contrastive"]), rel=2e-5, abs=1e-7)
+    assert_gradients_match(trainer, gradient, expected)
+
+
+def test_whole_step_gradients_match_float64_reference_through_the_exact_gemm():
+    """A model whose products the canonical shape rule takes (hidden 256, an MLP of 1024, packed rows of 512
+    tokens): the down projection, the dX products through the MLP and every weight gradient (each packed row's
+    exact product, then the row tree) run the exact GEMM; the step stays within the float64 tolerances."""
+    trainer = tiny(uform.Objective.JOINT, uform.Contrastive(temperature_groups=2), hidden=256, max_rows_per_device=2,
+                   max_columns_per_row=512)
+    geometry = trainer.model.stack.geometry
+    tokens = 2 * 512
+    assert K.gemm_is_exact(tokens, geometry.width, geometry.mlp) and K.gemm_is_exact(geometry.width, geometry.mlp,
+                                                                                      tokens, 512)
+    assert not K.gemm_is_exact(tokens, geometry.q_width, geometry.width)
+    relations = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
+    losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 4)
+    assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
     assert_gradients_match(trainer, gradient, expected)
 
 
@@ -242,7 +261,6 @@ def test_deferred_steps_prepared_ahead_train_as_blocking_steps(tmp_path, on_gpu)
 def test_deferred_steps_that_fail_before_their_batch_leave_nothing_queued(monkeypatch):
     """A deferred step that fails before it needs its batch (here: the device is lost) takes its queued preparation
     with it, so nothing it holds stays queued for a later step to pack."""
-    from uform import kernels as K
 
     executor = uform.Executor.for_ram()
     trainer = tiny(executor=executor)

@@ -15,9 +15,9 @@ PAIRS = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
 
 
 def tiny(objective=uform.Objective.JOINT, contrastive=None, steps=100, seed=3, executor=None, late_interaction=None,
-         choices=None, **batch):
+         choices=None, hidden=128, **batch):
     shape = dict(max_rows_per_device=3, max_segments_per_device=8, max_columns_per_row=48) | batch
-    return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=128, objective=objective,
+    return uform.Trainer.init_vram(executor or uform.Executor.for_ram(), depth=1, hidden=hidden, objective=objective,
                                    batch=uform.BatchShape(**shape), contrastive=contrastive,
                                    late_interaction=late_interaction, choices=choices,
                                    schedule=uform.Schedule(steps=steps, learning_rate=2e-3), seed=seed)
