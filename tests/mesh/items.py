@@ -24,13 +24,14 @@ def share(step: int, index: int, count: int) -> tuple[list[bytes], uform.Relatio
     return texts, uform.Relations(attract=(np.arange(per + 1), partners))
 
 
-def trainer(executor, mesh=None, seed: int = 5) -> uform.Trainer:
-    """A tiny JOINT trainer whose world holds ROWS rows however many devices share them."""
+def trainer(executor, mesh=None, seed: int = 5, hidden: int = 128, rows: int = ROWS,
+            columns: int = COLUMNS) -> uform.Trainer:
+    """A tiny JOINT trainer whose world holds `rows` rows however many devices share them."""
     devices = mesh.describe().world_size if mesh is not None else len(executor.devices)
-    return uform.Trainer.init_vram(executor, mesh=mesh, depth=1, hidden=128, objective=uform.Objective.JOINT,
-                                   batch=uform.BatchShape(max_rows_per_device=ROWS // devices,
+    return uform.Trainer.init_vram(executor, mesh=mesh, depth=1, hidden=hidden, objective=uform.Objective.JOINT,
+                                   batch=uform.BatchShape(max_rows_per_device=rows // devices,
                                                           max_segments_per_device=ITEMS // devices,
-                                                          max_columns_per_row=COLUMNS),
+                                                          max_columns_per_row=columns),
                                    schedule=uform.Schedule(steps=20, learning_rate=2e-3), seed=seed)
 
 
