@@ -1,9 +1,10 @@
-"""GEMM throughput, measured in the same run as its peers. Identical mode: the engine's fp32 GEMM against
+"""GEMM throughput, measured in the same run as its peers. Identical mode: the engine's identical GEMM
+(``kernels.gemm``: the exact GEMM where its shape rule takes the product, the fma chain below it) against
 PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU): the engine's bf16
 tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
 to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue form (and the limb form where
-affordable) against PyTorch fp32 (TF32 off) and the identical fma GEMM at the same shapes; on the CPU both forms
-against the fma GEMM and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
+affordable) against PyTorch fp32 (TF32 off) and the fma chain (``kernels.gemm_fma``) at the same shapes; on the CPU both forms
+against the fma chain and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
 
 import time
 
@@ -105,7 +106,7 @@ def exact_rows(shapes):
             row["exact_limbs_tflops"] = round(flops / median_seconds(exact(False), device.synchronize, warmup=1,
                                                                      repeats=3), 2)
             row["forms_same_bits"] = bool(np.array_equal(residue_bits, cb.numpy().view(np.uint32)))
-        fma = median_seconds(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize,
+        fma = median_seconds(lambda: K.gemm_fma(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize,
                              repeats=5)
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         torch_a = ta.T if transpose_a else ta
@@ -144,7 +145,7 @@ def cpu_exact_rows(shapes):
             row[name] = round(gflop / seconds, 2)
             bits.append(cb.numpy().view(np.uint32).copy())
         row["forms_same_bits"] = bool(np.array_equal(bits[0], bits[1]))
-        fma = settled(lambda: K.gemm(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize)
+        fma = settled(lambda: K.gemm_fma(cb, ab, bb, m, n, k, transpose_a=transpose_a), device.synchronize)
         op_a = a.T if transpose_a else a
         theirs = settled(lambda: op_a @ b, lambda: None)
         row.update({"uform_fma_gflops": round(gflop / fma, 1), "numpy_gflops": round(gflop / theirs, 1)})

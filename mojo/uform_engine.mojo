@@ -246,7 +246,12 @@ def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: P
         gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
             dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, 0, p.range_length
         )
-        return
+    else:
+        fma_product[transpose_a, transpose_b](dev, p)
+
+
+def fma_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
+    """The fma chain (kernels/gemm.mojo) whatever the shape; the workspace holds its k ranges' partial sums."""
     gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace),
                                            p.range_length)
 
@@ -399,6 +404,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[product[identical_product]]("gemm")
+        m.def_function[product[fma_product]]("gemm_fma")
         m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product[exact_product]]("gemm_exact")

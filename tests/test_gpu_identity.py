@@ -74,8 +74,9 @@ def test_gemm_bits_match_cpu_in_every_tiling(monkeypatch, tile, name, case, kwar
     (390, 130, 8200, True, False, True),  # split into 4 ranges, rows not a multiple of 4
 ], ids=lambda v: str(int(v)) if isinstance(v, bool) else str(v))
 def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, transpose_b, accumulate):
-    """Larger products, in the dispatch's own tiling and in every forced one, every transpose, partial tiles
-    at every edge, the 128-bit and the scalar paths, with and without C0 and k ranges: the CPU's bits."""
+    """Larger products of the fma chain (kernels.gemm_fma: some of these shapes kernels.gemm takes exactly), in the
+    dispatch's own tiling and in every forced one, every transpose, partial tiles at every edge, the 128-bit and
+    the scalar paths, with and without C0 and k ranges: the CPU's bits."""
     if tile != "auto":
         monkeypatch.setenv("UFORM_GEMM_TILE", tile)
     rng = np.random.default_rng(m + n + k)
@@ -85,8 +86,8 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
     results = []
     for device in (uform.Device.cpu(), uform.Device.gpu(0)):
         c = device.put(c0)
-        K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
-               accumulate=accumulate)
+        K.gemm_fma(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+                   accumulate=accumulate)
         results.append(c.numpy())
     assert same_bits(*results)
 

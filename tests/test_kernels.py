@@ -5,7 +5,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kernel_cases import all_cases, attention_inputs, f64, run_attention
+from kernel_cases import all_cases, attention_inputs, run_attention
 from uform import kernels as K
 
 
@@ -196,8 +196,8 @@ def test_rmsnorm_takes_its_residual_and_sum_together(device):
                                               (257, 300, 513, False, True, False)])
 def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, ta, tb, acc):
     """kernels.gemm gives the exact GEMM's bits (uform.reference.exact_gemm, then C0 added) where the canonical
-    shape rule takes a product (k ≥ 512, m and n ≥ 256), in every layout; one short of the rule on any side it
-    keeps the fma chain, whose roundings differ from the exact sum's."""
+    shape rule takes a product (k ≥ 512, m and n ≥ 256), in every layout; one short of the rule it gives the fma
+    chain's (kernels.gemm_fma), whose roundings differ from the exact sum's."""
     from uform.reference import exact_gemm
 
     assert K.gemm_is_exact(m, n, k)
@@ -213,10 +213,11 @@ def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, 
     if acc:
         expected = c0 + expected
     assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32))
-    below = device.empty((m, n))
+    below, chain = device.empty((m, n)), device.empty((m, n))
     K.gemm(below, device.put(a[:, :511]), device.put(b[:511]), m, n, 511)
-    differing = below.numpy() != exact_gemm.exact_gemm(a[:, :511], b[:511])
-    assert differing.any() and np.abs(below.numpy() - f64(a[:, :511]) @ f64(b[:511])).max() < 1e-4 * np.sqrt(511)
+    K.gemm_fma(chain, device.put(a[:, :511]), device.put(b[:511]), m, n, 511)
+    assert np.array_equal(below.numpy().view(np.uint32), chain.numpy().view(np.uint32))
+    assert (below.numpy() != exact_gemm.exact_gemm(a[:, :511], b[:511])).any()
 
 
 @pytest.mark.parametrize("k,k_range,acc", [(3 * 512, 512, True), (5 * 512, 512, False), (2 * 640 + 100, 640, True)])
@@ -254,10 +255,13 @@ def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, 
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=True, k_range=k_range)
 
 
-def test_gemm_refuses_k_ranges_it_does_not_define(device):
+@pytest.mark.parametrize("product", [K.gemm, K.gemm_fma])
+def test_gemm_refuses_k_ranges_it_does_not_define(device, product):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""
     a, b, c = device.empty((8, 4)), device.empty((8, 4)), device.empty((4, 4))
     with pytest.raises(ValueError, match="k_range must be 0, or positive for an Aᵀ·B product, got 4"):
-        K.gemm(c, a, b, 4, 4, 8, k_range=4)
+        product(c, a, b, 4, 4, 8, k_range=4)
     with pytest.raises(ValueError, match="got -1"):
-        K.gemm(c, a, b, 4, 4, 8, transpose_a=True, k_range=-1)
+        product(c, a, b, 4, 4, 8, transpose_a=True, k_range=-1)
+    with pytest.raises(ValueError, match="sizes must be positive"):
+        product(c, a, b, 4, 0, 8)

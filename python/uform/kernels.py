@@ -302,13 +302,32 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
               0 if a16 is None else a16.address, 0 if b16 is None else b16.address, workspace.address, 0, 0,
               label=label + "_fast")
         return
+    _identical_product(_engine.gemm, label, c, a, b, m, n, k, transpose_a, transpose_b, accumulate, k_range)
+
+
+def gemm_fma(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *, transpose_a: bool = False,
+             transpose_b: bool = False, accumulate: bool = False, k_range: int = 0) -> None:
+    """The fma chain of kernels/gemm.mojo (each output one fma chain in the canonical order, k ranges as
+    ``gemm`` takes them) whatever the shape: what ``gemm`` runs below the exact GEMM's shape rule, here for
+    benchmarks and tests of the chain at any size."""
+    label = "gemm_fma" + ("_at" if transpose_a else "_bt" if transpose_b else "")
+    _identical_product(_engine.gemm_fma, label, c, a, b, m, n, k, transpose_a, transpose_b, accumulate, k_range)
+
+
+def _identical_product(entry, label: str, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int,
+                       transpose_a: bool, transpose_b: bool, accumulate: bool, k_range: int) -> None:
+    """An identical-mode product by the engine's `entry`: gemm (the shape rule's choice) or gemm_fma."""
     device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
     if k_range < 0 or (k_range and not transpose_a):
         raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
-    nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu)
+    if entry is _engine.gemm_fma:
+        chunks = _gemm_chunks(m, n, k, bool(transpose_a), int(k_range))
+        nbytes, exact = (4 * chunks * m * n if chunks > 1 else 0), False
+    else:
+        nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu)
+        exact = gemm_is_exact(m, n, k, int(k_range))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
-    exact = gemm_is_exact(m, n, k, int(k_range))
-    _call("gemm", _engine.gemm, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
+    _call("gemm", entry, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
           bool(accumulate), 0, 0, workspace, int(k_range), 0,
           label=label + ("_exact" if exact else "") + ("_rows" if k_range else "" if exact or not nbytes else "_split_k"))
 
