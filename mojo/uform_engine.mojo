@@ -242,7 +242,7 @@ def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: P
     """The identical GEMM: the exact product (kernels/gemm_exact.mojo, its fused form on a Hopper GPU) where the
     canonical shape rule takes it (gemm_exact.exact_applies), else the fma chain (kernels/gemm.mojo); with k ranges
     either way summed by the row tree. The workspace holds gemm_workspace's bytes."""
-    if gemm_exact.exact_applies(p.M, p.N, p.range_length if p.range_length > 0 else p.K):
+    if gemm_exact.exact_applies(p.M, p.N, p.K, p.range_length):
         gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
             dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, 0, p.range_length
         )
@@ -289,28 +289,27 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def exact_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, range_length: Int, gpu: Bool) -> Int:
+def exact_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, range_length: Int, gpu: Bool, fused: Bool) -> Int:
     """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in any form (the fused one's k in
-    `splits` ranges, 0 its own choice; k cut into ranges of range_length, 0 none)."""
+    `splits` ranges, 0 its own choice; k cut into ranges of range_length, 0 none; `fused`: the fused form)."""
     if 0 < range_length < K:
-        return gemm_exact.ranged_workspace_bytes(M, N, K, range_length, gpu)
+        return gemm_exact.ranged_workspace_bytes(M, N, K, range_length, gpu, fused)
     return max(gemm_exact.workspace_bytes(M, N, K), gemm_exact.residue_workspace_bytes(M, N, K, splits, gpu))
 
 
 def gemm_exact_workspace(
     M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, range_length: PythonObject,
-    gpu: PythonObject,
+    gpu: PythonObject, fused: PythonObject,
 ) raises -> PythonObject:
     """exact_workspace_bytes for Python."""
     return PythonObject(exact_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Int(py=splits), Int(py=range_length),
-                                              Bool(py=gpu)))
+                                              Bool(py=gpu), Bool(py=fused)))
 
 
 def gemm_is_exact(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject) raises -> PythonObject:
     """Whether the identical GEMM runs an M×N×K product (k cut into ranges of range_length, 0 none) exactly
     (gemm_exact.exact_applies)."""
-    var k_range = Int(py=range_length)
-    return PythonObject(gemm_exact.exact_applies(Int(py=M), Int(py=N), k_range if k_range > 0 else Int(py=K)))
+    return PythonObject(gemm_exact.exact_applies(Int(py=M), Int(py=N), Int(py=K), Int(py=range_length)))
 
 
 def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
@@ -320,15 +319,16 @@ def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: 
 
 
 def gemm_workspace(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
-                   range_length: PythonObject, gpu: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace the identical GEMM needs for an M×N×K product: the exact form's (gemm_is_exact), or
-    the fma chain's partial sums of its k ranges (none for one range)."""
+                   range_length: PythonObject, gpu: PythonObject, fma_only: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace the identical GEMM needs for an M×N×K product: the exact form's where the rule takes
+    it (gemm_is_exact) unless `fma_only` (the engine's gemm_fma), else the fma chain's partial sums of its k ranges
+    (none for one range)."""
     var m = Int(py=M)
     var n = Int(py=N)
     var k = Int(py=K)
     var k_range = Int(py=range_length)
-    if gemm_exact.exact_applies(m, n, k_range if k_range > 0 else k):
-        return PythonObject(exact_workspace_bytes(m, n, k, 0, k_range, Bool(py=gpu)))
+    if not Bool(py=fma_only) and gemm_exact.exact_applies(m, n, k, k_range):
+        return PythonObject(exact_workspace_bytes(m, n, k, 0, k_range, Bool(py=gpu), True))
     var chunks = gemm.k_chunks(m, n, k, Bool(py=transpose_a), k_range)
     return PythonObject(4 * chunks * m * n if chunks > 1 else 0)
 

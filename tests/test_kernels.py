@@ -255,6 +255,41 @@ def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, 
         K.gemm_exact(c, device.put(a), device.put(b), m, n, k, transpose_a=True, k_range=k_range)
 
 
+def test_exact_gemm_refuses_k_ranges_it_does_not_define(device):
+    """gemm_exact's k_range: an int >= 0, never beside splits, for Aᵀ·B in a residue form; the rule takes a range
+    longer than k as k itself, and lengths past the definition's MAX_K to the fma chain; refusals leave C alone."""
+    a, b, c = device.put(np.ones((1024, 256), np.float32)), device.put(np.ones((1024, 256), np.float32)), \
+        device.put(np.full((256, 256), 7.0, np.float32))
+    for bad, message in ((True, "k_range must be an int >= 0, got True"), (2.5, "k_range must be an int >= 0"),
+                         (-1, "k_range must be an int >= 0, got -1")):
+        with pytest.raises(ValueError, match=message):
+            K.gemm_exact(c, a, b, 256, 256, 1024, transpose_a=True, residues=True, k_range=bad)
+    with pytest.raises(ValueError, match="splits and k_range exclude each other"):
+        K.gemm_exact(c, a, b, 256, 256, 1024, transpose_a=True, residues="fused", k_range=512, splits=2)
+    with pytest.raises(ValueError, match="k up to"):
+        K.gemm_exact(c, a, b, 256, 256, K.EXACT_GEMM_MAX_K + 1, transpose_a=True, residues=True,
+                     k_range=K.EXACT_GEMM_MAX_K + 1)
+    assert (c.numpy() == 7.0).all()
+    assert not K.gemm_is_exact(256, 256, 300, 512) and K.gemm_is_exact(256, 256, 600, 1024)
+    assert not K.gemm_is_exact(256, 256, K.EXACT_GEMM_MAX_K + 1) and K.gemm_is_exact(256, 256, 4 << 20, 1 << 20)
+
+
+@pytest.mark.parametrize("m,n", [(257, 257), (259, 263)])
+def test_exact_k_ranges_of_an_odd_output_count(device, m, n):
+    """k ranges whose partials take a byte count that is no multiple of 16 (m·n odd): the planes after them keep
+    their alignment, and the product the reference's bits (rows of 512 run together on a Hopper GPU)."""
+    from uform.reference import exact_gemm
+    from uform.training.world import row_tree
+
+    rng = np.random.default_rng(m * n)
+    a = rng.standard_normal((1024, m)).astype(np.float32)
+    b = rng.standard_normal((1024, n)).astype(np.float32)
+    c = device.empty((m, n))
+    K.gemm(c, device.put(a), device.put(b), m, n, 1024, transpose_a=True, k_range=512)
+    expected = row_tree([exact_gemm.exact_gemm(np.ascontiguousarray(a[r:r + 512].T), b[r:r + 512]) for r in (0, 512)])
+    assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32))
+
+
 @pytest.mark.parametrize("product", [K.gemm, K.gemm_fma])
 def test_gemm_refuses_k_ranges_it_does_not_define(device, product):
     """k ranges of a named length are for Aᵀ·B products (the weight gradients) alone, and never negative."""

@@ -58,12 +58,14 @@ comptime EXACT_MIN_K = 512  # the shortest k (or k range) the identical GEMM tak
 comptime EXACT_MIN_SIDE = 256  # the fewest rows, and columns, of a product it takes exactly
 
 
-def exact_applies(M: Int, N: Int, K: Int) -> Bool:
-    """The identical GEMM's canonical shape rule (docs/numerics.md): an M × N product over K (or over k ranges of
-    length K) is this exact product when K ≥ 512 and M, N ≥ 256, and the fma chain of kernels/gemm.mojo below
-    that, on every device alike. Below it the exact form's fixed costs lead: per output a reconstruction of about
-    150 integer operations (as many as 768·11 int8 products), per operand value the residues of 11 moduli."""
-    return K >= EXACT_MIN_K and M >= EXACT_MIN_SIDE and N >= EXACT_MIN_SIDE
+def exact_applies(M: Int, N: Int, K: Int, range_length: Int = 0) -> Bool:
+    """The identical GEMM's canonical shape rule (docs/numerics.md): an M × N product over K, or over k ranges of
+    range_length (L = min(range_length, K), each range a product of its own), is this exact product when
+    512 ≤ L ≤ MAX_K and M, N ≥ 256, and the fma chain of kernels/gemm.mojo otherwise, on every device alike. Below
+    it the exact form's fixed costs lead: per output a reconstruction of about 150 integer operations (as many as
+    768·11 int8 products), per operand value the residues of 11 moduli."""
+    var L = min(range_length, K) if range_length > 0 else K
+    return EXACT_MIN_K <= L <= MAX_K and M >= EXACT_MIN_SIDE and N >= EXACT_MIN_SIDE
 
 
 def moduli_count(K: Int) -> Int:
@@ -735,8 +737,8 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits). A positive
     range_length below K (Aᵀ·B only) cuts k into ranges, a product each, combined by the row tree
     (gemm_exact_ranges_on; the workspace then holds ranged_workspace_bytes)."""
-    if K > MAX_K:
-        raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
+    if (range_length if 0 < range_length < K else K) > MAX_K:
+        raise Error("gemm_exact: k = ", K, " (in ranges of ", range_length, ") passes the definition's ", MAX_K)
     if 0 < range_length < K:
         gemm_exact_ranges_on[transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace,
                                                                range_length)
@@ -832,25 +834,7 @@ def line_exponents_on(
     maximum's bits are a magnitude's, so line_exponents over them finds the line's e). With a range_length, the e
     of each range of each line, at exponents[range·lines + line]: the partial maxima over the ranges, each then
     a line of one value."""
-    if range_length > 0:
-        var ranges = (length + range_length - 1) // range_length
-        var range_maxima = Args.empty()  # PARTIAL_MAXIMA over blocks of a range
-        range_maxima.addresses[0] = Int64(partial)
-        range_maxima.addresses[1] = Int64(Int(x))
-        range_maxima.sizes[0] = Int64(length)
-        range_maxima.sizes[1] = Int64(line_stride)
-        range_maxima.sizes[2] = Int64(element_stride)
-        range_maxima.sizes[3] = Int64(lines)
-        range_maxima.sizes[4] = Int64(range_length)
-        launch_index[partial_maxima](dev, ranges * lines, range_maxima)
-        var each = Args.empty()  # LINE_EXPONENTS: each maximum a line of its own
-        each.addresses[0] = Int64(exponents)
-        each.addresses[1] = Int64(partial)
-        each.sizes[0] = Int64(1)
-        each.sizes[1] = Int64(1)
-        each.sizes[2] = Int64(1)
-        launch_rows[line_exponents](dev, ranges * lines, each)
-    elif element_stride == 1:
+    if range_length == 0 and element_stride == 1:
         var args = Args.empty()  # LINE_EXPONENTS
         args.addresses[0] = Int64(exponents)
         args.addresses[1] = Int64(Int(x))
@@ -859,23 +843,37 @@ def line_exponents_on(
         args.sizes[2] = Int64(element_stride)
         launch_rows[line_exponents](dev, lines, args)
     else:
-        var blocks = exponent_blocks(length)
-        var partials = Args.empty()  # PARTIAL_MAXIMA
-        partials.addresses[0] = Int64(partial)
-        partials.addresses[1] = Int64(Int(x))
-        partials.sizes[0] = Int64(length)
-        partials.sizes[1] = Int64(line_stride)
-        partials.sizes[2] = Int64(element_stride)
-        partials.sizes[3] = Int64(lines)
-        partials.sizes[4] = Int64(EXPONENT_BLOCK)
-        launch_index[partial_maxima](dev, blocks * lines, partials)
-        var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: line l's are `lines` apart
+        var block = range_length if range_length > 0 else EXPONENT_BLOCK
+        var blocks = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, block)
+        # LINE_EXPONENTS over the partial maxima: a line's `blocks` of them lie `lines` apart; with ranges each
+        # maximum is a line of its own (range r's of line l at r·lines + l, where its exponent goes)
+        var per_line = 1 if range_length > 0 else blocks
+        var maxima = Args.empty()
         maxima.addresses[0] = Int64(exponents)
         maxima.addresses[1] = Int64(partial)
-        maxima.sizes[0] = Int64(blocks)
+        maxima.sizes[0] = Int64(per_line)
         maxima.sizes[1] = Int64(1)
         maxima.sizes[2] = Int64(lines)
-        launch_rows[line_exponents](dev, lines, maxima)
+        launch_rows[line_exponents](dev, lines * blocks // per_line, maxima)
+
+
+def partial_maxima_on(
+    dev: DevicePtr, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
+    block: Int,
+) raises -> Int:
+    """partial[b·lines + line] = the bits of line `line`'s largest magnitude over k [block·b, block·(b + 1))
+    (partial_maxima); answers the number of blocks."""
+    var blocks = (length + block - 1) // block
+    var args = Args.empty()  # PARTIAL_MAXIMA
+    args.addresses[0] = Int64(partial)
+    args.addresses[1] = Int64(Int(x))
+    args.sizes[0] = Int64(length)
+    args.sizes[1] = Int64(line_stride)
+    args.sizes[2] = Int64(element_stride)
+    args.sizes[3] = Int64(lines)
+    args.sizes[4] = Int64(block)
+    launch_index[partial_maxima](dev, blocks * lines, args)
+    return blocks
 
 
 def plane_products_on_tensor_cores(
@@ -1203,11 +1201,8 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     range·M and range·N) and its partial (at range·M·N)."""
     var M = args.size(0)
     var N = args.size(1)
-    var splits = args.size(5)
-    var first_split = max(own_range, 0)
-    var product = max(own_range, 0)  # 0 unless the split is a range of its own
-    if own_range >= 0:
-        splits = 1
+    var product = max(own_range, 0)  # the split summed first, and the product it belongs to: 0 unless `ranges`
+    var splits = 1 if own_range >= 0 else args.size(5)
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
     var row0, column0 = tile_origin(tile_index, N, columns)
@@ -1219,7 +1214,7 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var c = args.f32(0).unsafe_offset(product * M * N)
     for w in range(tile.words):
         var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
-        for split in range(first_split, first_split + splits):
+        for split in range(product, product + splits):
             var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
             comptime for i in range(moduli):
                 var bytes = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
@@ -1297,18 +1292,27 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
 # its stages; elsewhere one product per range.
 
 
-def ranged_together(K: Int, range_length: Int) -> Bool:
-    """Whether the fused kernel takes a GPU's k ranges in one launch: equal ranges of whole stages."""
-    return K % range_length == 0 and range_length % FUSED_K == 0
+def ranged_together(K: Int, range_length: Int, gpu: Bool, fused: Bool) -> Bool:
+    """Whether the ranges of k run together, in one fused launch: on a GPU, in the fused form, for equal ranges of
+    whole stages."""
+    comptime if not HAS_ACCELERATOR:
+        return False
+    return gpu and fused and K % range_length == 0 and range_length % FUSED_K == 0
 
 
-def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool) -> Int:
-    """Bytes of gemm_exact_ranges_on's workspace: the partials (float32, a range each), then on a GPU whose fused
-    kernel takes the ranges together the planes of the whole k, the ranges' exponents, their partial maxima and the
-    fused kernel's residues; else one range's residue workspace."""
+def partials_bytes(ranges: Int, M: Int, N: Int) -> Int:
+    """Bytes of the ranges' float32 partials, rounded up to 256 so that the planes after them keep the 16-byte
+    alignment their vector stores and copies need."""
+    return (4 * ranges * M * N + 255) // 256 * 256
+
+
+def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool, fused: Bool) -> Int:
+    """Bytes of gemm_exact_ranges_on's workspace: the partials (float32, a range each), then where the ranges run
+    together (ranged_together) the planes of the whole k, the ranges' exponents, their partial maxima and the fused
+    kernel's residues; else one range's residue workspace."""
     var ranges = (K + range_length - 1) // range_length
-    var partials = 4 * ranges * M * N
-    if gpu and ranged_together(K, range_length):
+    var partials = partials_bytes(ranges, M, N)
+    if ranged_together(K, range_length, gpu, fused):
         var moduli = moduli_count(range_length)
         return (partials + moduli * (M + N) * K + 4 * ranges * (M + N) + 4 * ranges * max(M, N)
                 + fused_scratch_bytes(M, N, K, moduli, ranges))
@@ -1323,16 +1327,13 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
 ) raises:
     """C (+)= T(P_0, P_1, …) with P_r the exact product of k range r ([r·L, min((r + 1)·L, K)), L = range_length)
     and T the row tree (then C0 added once, as kernels.gemm's k ranges do); `workspace` holds
-    ranged_workspace_bytes(M, N, K, L, dev[].is_gpu())."""
+    ranged_workspace_bytes(M, N, K, L, dev[].is_gpu(), fused)."""
     comptime if not transpose_a or transpose_b:
         raise Error("gemm_exact: k ranges are for Aᵀ·B products")
     var ranges = (K + range_length - 1) // range_length
     var partials = workspace
-    var rest = workspace + 4 * ranges * M * N
-    var together = False
-    comptime if HAS_ACCELERATOR and fused:
-        together = dev[].is_gpu() and ranged_together(K, range_length)
-    if together:
+    var rest = workspace + partials_bytes(ranges, M, N)
+    if ranged_together(K, range_length, dev[].is_gpu(), fused):
         comptime if HAS_ACCELERATOR and fused:
             if moduli_count(range_length) == 11:
                 ranges_fused[11](dev, partials, a, b, M, N, K, range_length, rest)

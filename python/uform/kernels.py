@@ -205,8 +205,10 @@ def gemm_is_exact(m: int, n: int, k: int, k_range: int = 0) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: int, gpu: bool) -> int:
-    return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu)))
+def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: int, gpu: bool, fma_only: bool) -> int:
+    """Bytes of the workspace an identical product needs: the rule's form's (``gemm``), or the fma chain's
+    (``gemm_fma``)."""
+    return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu), bool(fma_only)))
 
 
 def _gemm_operands(what: str, c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int,
@@ -247,21 +249,26 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
     ``splits`` ranges (0: the kernel's own choice; the bits never depend on it); the CPU has no fused kernel and
     runs its residue form for it."""
-    if k > EXACT_GEMM_MAX_K:
-        raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
+    for name, value in (("splits", splits), ("k_range", k_range)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"gemm_exact: {name} must be an int >= 0, got {value!r}")
+    if (k_range if 0 < k_range < k else k) > EXACT_GEMM_MAX_K:
+        raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K} (a k range's length, in ranges), got k={k}"
+                         + (f" in ranges of {k_range}" if k_range else ""))
     forms = {False: _engine.gemm_exact, True: _engine.gemm_exact_residues, "fused": _engine.gemm_exact_fused}
     product = forms.get(residues)
     if product is None:
         raise ValueError(f"gemm_exact: residues must be False, True or 'fused', got {residues!r}")
-    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 0:
-        raise ValueError(f"gemm_exact: splits must be an int >= 0, got {splits!r}")
-    if k_range < 0 or (k_range and (not transpose_a or transpose_b or residues is False)):
+    if k_range and (not transpose_a or transpose_b or residues is False):
         raise ValueError(f"gemm_exact: k_range must be 0, or positive for an Aᵀ·B product in a residue form, "
                          f"got {k_range}")
+    if k_range and splits:
+        raise ValueError("gemm_exact: splits and k_range exclude each other (each k range is a product unsplit)")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
     if product is _engine.gemm_exact_residues and device.is_gpu:
         load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
-    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, k_range, device.is_gpu))
+    workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, k_range, device.is_gpu,
+                                                                    residues == "fused"))
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
           bool(transpose_b), bool(accumulate), 0, 0, workspace.address, k_range, splits)
 
@@ -320,12 +327,9 @@ def _identical_product(entry, label: str, c: Buffer, a: Buffer, b: Buffer, m: in
     device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
     if k_range < 0 or (k_range and not transpose_a):
         raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
-    if entry is _engine.gemm_fma:
-        chunks = _gemm_chunks(m, n, k, bool(transpose_a), int(k_range))
-        nbytes, exact = (4 * chunks * m * n if chunks > 1 else 0), False
-    else:
-        nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu)
-        exact = gemm_is_exact(m, n, k, int(k_range))
+    fma_only = entry is _engine.gemm_fma
+    nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, fma_only)
+    exact = not fma_only and gemm_is_exact(m, n, k, int(k_range))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
     _call("gemm", entry, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
           bool(accumulate), 0, 0, workspace, int(k_range), 0,

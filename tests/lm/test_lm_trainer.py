@@ -50,7 +50,9 @@ def test_gradients_match_float64_reference(shape):
     weights = initial(shape, scale=0.1)
     ids = batches(shape, 1)[0]
     trainer = LanguageModelTrainer(weights, data_schedule={}, shape=shape, resident=False, executor="cpu")
-    result = trainer.train_step(ids)
+    with K.profile() as products:
+        result = trainer.train_step(ids)
+    assert ({"gemm_exact", "gemm_bt_exact", "gemm_at_exact"} <= set(products)) == (shape == EXACT)
     ref_loss, ref_grad = reference.loss_and_gradients(weights.astype(np.float64), ids, shape)
     assert abs(result["loss"] - ref_loss) < 1e-5 * ref_loss
     error = np.max(np.abs(result["flat_gradients"] - ref_grad)) / np.max(np.abs(ref_grad))

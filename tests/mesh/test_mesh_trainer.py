@@ -69,7 +69,9 @@ def test_devices_split_exact_weight_gradients_by_rows(tmp_path):
     files = []
     for count in (1, 2):
         run = trainer(uform.Executor.for_ram(device_count=count), hidden=256, rows=4, columns=512)
-        train(run, 0, 1, range(3))
+        with K.profile() as products:
+            train(run, 0, 1, range(3))
+        assert "gemm_at_exact_rows" in products
         files.append(tmp_path / f"{count}.safetensors")
         run.save(files[-1])
         run.close()

@@ -57,7 +57,9 @@ def test_whole_step_gradients_match_float64_reference_through_the_exact_gemm():
                                                                                       tokens, 512)
     assert not K.gemm_is_exact(tokens, geometry.q_width, geometry.width)
     relations = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
-    losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 4)
+    with K.profile() as products:
+        losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 4)
+    assert {"gemm_exact", "gemm_bt_exact", "gemm_at_exact_rows"} <= set(products)  # the exact GEMM ran
     assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)
     assert_gradients_match(trainer, gradient, expected)
 
