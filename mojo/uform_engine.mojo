@@ -18,8 +18,9 @@ from engine.launch import (
 )
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
+from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, embedding, gemm,
+                     gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum,
+                     verdict)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -110,6 +111,7 @@ def engine_facts() raises -> PythonObject:
         head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
     facts["attention_head_dims"] = head_dims
     facts["attention_tile"] = PythonObject(attention.TILE)
+    facts["attention_rows_max_teams"] = PythonObject(attention_rows.ROWS_MAX_TEAMS)
     var fast_head_dims = Python.list()
     comptime for i in range(len(attention_fast.HEAD_DIMS)):
         fast_head_dims.append(PythonObject(attention_fast.HEAD_DIMS[i]))
@@ -393,6 +395,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        rows_of[attention_rows.attention_forward_rows](m, k, "attention_forward_rows", attention.ATTENTION)
+        rows_of[attention_rows.attention_backward_rows](m, k, "attention_backward_rows", attention.ATTENTION)
         index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)
         fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
             m, k, "attention_forward_fast"

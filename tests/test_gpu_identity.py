@@ -33,6 +33,23 @@ def test_kernel_bits_match_cpu(name, case, kwargs):
         assert same_bits(cpu, gpu), f"{name}/{output_name}: {differing} of {cpu.size} values differ"
 
 
+ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
+
+
+@pytest.mark.parametrize("form", ["teams", "rows"])
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_bits_match_cpu_in_both_forms(monkeypatch, form, name, case, kwargs):
+    """Every attention case in each identical form forced (UFORM_ATTENTION) on both devices: the GPU's teams of
+    256 threads and its warps a row give the CPU's bits."""
+    monkeypatch.setenv("UFORM_ATTENTION", form)
+    seed = zlib.crc32(name.encode())
+    on_cpu = case(uform.Device.cpu(), seed=seed, **kwargs)
+    on_gpu = case(uform.Device.gpu(0), seed=seed, **kwargs)
+    for output_name in on_cpu:
+        cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
+        assert same_bits(cpu, gpu), f"{name}/{output_name}: {int(np.count_nonzero(cpu != gpu))} values differ"
+
+
 @pytest.mark.parametrize("op", sorted(K.UNARY_OPS))
 def test_portable_math_bits_match_cpu(op):
     x = arguments(4_000_000, seed=7)

@@ -19,6 +19,24 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
         assert error <= tolerance, f"{name}/{output_name}: relative error {error:.3g} > {tolerance:.3g}"
 
 
+ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
+
+
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_by_rows_gives_the_teams_bits(device, monkeypatch, name, case, kwargs):
+    """Attention's two identical forms (UFORM_ATTENTION: teams of 64-token tiles, or a row per query or key) walk
+    one canonical order, so they give the same bits: every attention case (spans over several blocks, segments,
+    padding, causal, grouped heads, every head dim) in both, o, dq, dk, dv and lse compared."""
+    outputs = {}
+    for form in ("teams", "rows"):
+        monkeypatch.setenv("UFORM_ATTENTION", form)
+        outputs[form] = case(device, seed=zlib.crc32(name.encode()), **kwargs)
+    for output_name, (teams, *_) in outputs["teams"].items():
+        rows = outputs["rows"][output_name][0]
+        differing = int(np.count_nonzero(teams.view(np.uint32) != rows.view(np.uint32)))
+        assert differing == 0, f"{name}/{output_name}: {differing} of {teams.size} values differ"
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [16, 64])
 def test_attention_of_a_segment_is_the_same_wherever_it_lies(device, causal, head_dim):
