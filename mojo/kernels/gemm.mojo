@@ -66,7 +66,8 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
 # smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
 # (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
 # multiprocessors, but 576 small ones of 4 warps each); a product cut into few k ranges of few outputs
-# 32×32 tiles of 4×4 per thread (64 threads), so that its blocks reach every multiprocessor.
+# 32×32 tiles of 4×4 per thread (64 threads) in slices of 32 k, so that its blocks reach every multiprocessor and
+# each slice's products cover the next slice's loads.
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than this: split k (part of the canonical order)
@@ -504,7 +505,7 @@ comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), sli
 comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
 comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
-comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 8 k
+comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 32 k
 comptime TINY_MAX_BLOCKS = 2 * 132  # a product in k ranges with fewer 64×64 blocks than this: TINY (speed only)
 
 
@@ -515,7 +516,8 @@ def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
     small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit). A product cut into k
     ranges with fewer than TINY_MAX_BLOCKS 64×64 blocks over all its ranges (the byte LM's weight gradients: 256 ×
     256 outputs over 8192 tokens are 4 ranges of 16 blocks, 64 blocks on 132 multiprocessors) takes TINY, four
-    times the blocks of a quarter the outputs; UFORM_GEMM_TILE = tiny forces it too."""
+    times the blocks of a quarter the outputs, in slices of 32 k (with two warps a block and few blocks a
+    multiprocessor, a slice of 8 k did not cover the next slice's loads); UFORM_GEMM_TILE = tiny forces it too."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -580,8 +582,8 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
             elif tiling == SMALL:
                 launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == TINY:
-                launch_gemm[transpose_a, transpose_b, 32, 4, 8, 64, 12, 1](dev, target, a, b, M, N, K, flag, length,
-                                                                           chunks)
+                launch_gemm[transpose_a, transpose_b, 32, 4, 32, 64, 12, 1](dev, target, a, b, M, N, K, flag, length,
+                                                                            chunks)
             else:
                 launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:
