@@ -291,6 +291,39 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
           label=label + ("_rows" if k_range else "_split_k" if chunks > 1 else ""))
 
 
+def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns: list[int], ks: list[int], *,
+               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, summed: bool = False,
+               k_range: int = 0) -> None:
+    """Up to three identical products in one call, each with the bits it has launched alone (``gemm``): apart,
+    C_t (+)= op(A_t)·op(B_t) for each t (one k, the sizes n_t); summed, one C (+)= op(A_0)·op(B_0), then
+    C += op(A_t)·op(B_t) in order (one C and n, the sizes k_t), as ``gemm`` calls with accumulate after the first.
+    On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
+    after another (mojo/kernels/gemm.mojo, gemm_group_on). Layouts and k_range as ``gemm``."""
+    terms = len(cs)
+    if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
+        raise ValueError(f"gemm_group takes 1 to 3 products with one C, A, B, n and k each, got {terms} C")
+    if summed and (any(c is not cs[0] for c in cs) or len(set(ns)) != 1):
+        raise ValueError("gemm_group: summed products share their C and n")
+    if not summed and len(set(ks)) != 1:
+        raise ValueError("gemm_group: products apart share k")
+    if k_range < 0 or (k_range and not transpose_a):
+        raise ValueError(f"gemm_group: k_range must be 0, or positive for Aᵀ·B products, got {k_range}")
+    device, partial_sums = None, 0  # the largest workspace a product cut into k ranges needs
+    for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
+        on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
+        if device is not None and on is not device:
+            raise ValueError(f"gemm_group: products on different devices: {device.name} and {on.name}")
+        device = on
+        chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
+        partial_sums = max(partial_sums, chunks * m * n if chunks > 1 else 0)
+    partials = device.scratch(partial_sums).address if partial_sums else 0
+    varying = ks if summed else ns
+    _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
+          [a.address for a in as_], [b.address for b in bs], m, ns[0], ks[0], varying, bool(transpose_a),
+          bool(transpose_b), bool(accumulate), partials, int(k_range),
+          label="gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else ""))
+
+
 # ---- rows ------------------------------------------------------------------------------------
 
 def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
