@@ -8,6 +8,7 @@ chunk sizes, compiled head dimensions and attention tile, form codes) as FACTS, 
 once. Kernel files under kernels/ hold only math and their launchers.
 """
 
+from std.collections import Array
 from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
@@ -18,8 +19,9 @@ from engine.launch import (
 )
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR
-from kernels import (adamw, attention, attention_fast, choices, contrastive, embedding, gemm, gemm_exact,
-                     fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
+from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, embedding, gemm,
+                     gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum,
+                     verdict)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -110,6 +112,7 @@ def engine_facts() raises -> PythonObject:
         head_dims.append(PythonObject(attention.HEAD_DIMS[i]))
     facts["attention_head_dims"] = head_dims
     facts["attention_tile"] = PythonObject(attention.TILE)
+    facts["attention_rows_max_teams"] = PythonObject(attention_rows.ROWS_MAX_TEAMS)
     var fast_head_dims = Python.list()
     comptime for i in range(len(attention_fast.HEAD_DIMS)):
         fast_head_dims.append(PythonObject(attention_fast.HEAD_DIMS[i]))
@@ -231,6 +234,61 @@ def product[body: ProductBody](
     else:
         record_or_launch[launch_product[body, False, False]](dev, 1, args)
     return PythonObject(None)
+
+
+def product_group(
+    device: PythonObject, summed: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject, M: PythonObject,
+    N: PythonObject, K: PythonObject, x: PythonObject, transpose_a: PythonObject, transpose_b: PythonObject,
+    accumulate: PythonObject, workspace: PythonObject, range_length: PythonObject,
+) raises -> PythonObject:
+    """A group of identical products (kernels/gemm.mojo, gemm_group_on): c, a, b and x are lists of one to three
+    terms' addresses and varying sizes (N_t apart, K_t summed)."""
+    var ta = Bool(py=transpose_a)
+    var tb = Bool(py=transpose_b)
+    if ta and tb:
+        raise Error("gemm: transposing both A and B is not supported")
+    var terms = Int(py=len(c))
+    if terms < 1 or terms > gemm.GROUP_TERMS:
+        raise Error("gemm_group: 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
+    var args = Args.empty()
+    for t in range(terms):
+        args.addresses[t] = Int64(Int(py=c[t]))
+        args.addresses[gemm.GROUP_TERMS + t] = Int64(Int(py=a[t]))
+        args.addresses[2 * gemm.GROUP_TERMS + t] = Int64(Int(py=b[t]))
+        args.sizes[3 + t] = Int64(Int(py=x[t]))
+    args.addresses[3 * gemm.GROUP_TERMS] = Int64(Int(py=workspace))
+    args.sizes[0] = Int64(Int(py=M))
+    args.sizes[1] = Int64(Int(py=N))
+    args.sizes[2] = Int64(Int(py=K))
+    args.sizes[6] = Int64(terms | (Int(Bool(py=summed)) << 2) | (Int(Bool(py=accumulate)) << 3))
+    args.sizes[7] = Int64(Int(py=range_length))
+    var dev = device_of(device)
+    if ta:
+        record_or_launch[launch_product_group[True, False]](dev, 1, args)
+    elif tb:
+        record_or_launch[launch_product_group[False, True]](dev, 1, args)
+    else:
+        record_or_launch[launch_product_group[False, False]](dev, 1, args)
+    return PythonObject(None)
+
+
+def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
+    """A group of products (n is 1) as a launcher, from the slots product_group fills."""
+    comptime T = gemm.GROUP_TERMS
+    var c = Array[F32Ptr, T](fill=args.f32(0))
+    var a = Array[F32Ptr, T](fill=args.f32(T))
+    var b = Array[F32Ptr, T](fill=args.f32(2 * T))
+    var x = Array[Int, T](fill=0)
+    comptime for t in range(T):
+        c[t] = args.f32(t)
+        a[t] = args.f32(T + t)
+        b[t] = args.f32(2 * T + t)
+        x[t] = args.size(3 + t)
+    var flags = args.size(6)
+    gemm.gemm_group_on[transpose_a, transpose_b](
+        dev, flags & 3, (flags >> 2) & 1 != 0, c, a, b, args.size(0), args.size(1), args.size(2), x,
+        (flags >> 3) & 1 != 0, args.f32(3 * T), args.size(7),
+    )
 
 
 def launch_product[body: ProductBody, transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
@@ -407,6 +465,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[product[fma_product]]("gemm_fma")
         m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[gemm_workspace]("gemm_workspace")
+        m.def_function[product_group]("gemm_group")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
         m.def_function[product[exact_fused_product]]("gemm_exact_fused")
@@ -438,6 +497,8 @@ def PyInit__engine() abi("C") -> PythonObject:
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
         teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
         teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        rows_of[attention_rows.attention_forward_rows](m, k, "attention_forward_rows", attention.ATTENTION)
+        rows_of[attention_rows.attention_backward_rows](m, k, "attention_backward_rows", attention.ATTENTION)
         index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)
         fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
             m, k, "attention_forward_fast"

@@ -151,6 +151,15 @@ def case_cross_entropy(device: uform.Device, seed: int, rows: int, vocab: int):
     return {"loss": (losses.numpy(), ref_loss, 2e-6), "dz": (dz.numpy(), ref_dz, 2e-6)}
 
 
+def gemm_group_operands(rng, m: int, sizes: tuple, shared: int, transpose_a: bool, transpose_b: bool, summed: bool):
+    """Random operands of a gemm_group: (n_t, k_t) per term, the a_t, the b_t and C0."""
+    shapes = [(shared, s) if summed else (s, shared) for s in sizes]
+    a = [rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32) for _, k in shapes]
+    b = [rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32) for n, k in shapes]
+    c0 = [rng.standard_normal((m, n)).astype(np.float32) for n, _ in shapes]
+    return shapes, a, b, c0
+
+
 def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments):
     """float64 attention, its gradients and its log-sum-exp (0 for a query that sees no key), written with
     dense masks: (o, dq, dk, dv, lse)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import uform
-from kernel_cases import all_cases
+from kernel_cases import all_cases, gemm_group_operands
 from numerics_cases import arguments
 from uform import kernels as K
 from uform.lm import LanguageModelConfig, LanguageModelTrainer, state_sha256
@@ -31,6 +31,43 @@ def test_kernel_bits_match_cpu(name, case, kwargs):
         cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
         differing = int(np.count_nonzero(cpu.view(np.uint32) != gpu.view(np.uint32)))
         assert same_bits(cpu, gpu), f"{name}/{output_name}: {differing} of {cpu.size} values differ"
+
+
+ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
+
+
+@pytest.mark.parametrize("form", ["teams", "rows"])
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_bits_match_cpu_in_both_forms(monkeypatch, form, name, case, kwargs):
+    """Every attention case in each identical form forced (UFORM_ATTENTION) on both devices: the GPU's teams of
+    256 threads and its warps a row give the CPU's bits."""
+    monkeypatch.setenv("UFORM_ATTENTION", form)
+    seed = zlib.crc32(name.encode())
+    on_cpu = case(uform.Device.cpu(), seed=seed, **kwargs)
+    on_gpu = case(uform.Device.gpu(0), seed=seed, **kwargs)
+    for output_name in on_cpu:
+        cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
+        assert same_bits(cpu, gpu), f"{name}/{output_name}: {int(np.count_nonzero(cpu != gpu))} values differ"
+
+
+@pytest.mark.parametrize("summed", [False, True], ids=["apart", "summed"])
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("m,sizes,shared", [(64, (32, 16, 16), 32), (37, (5, 13, 8), 19), (130, (70, 129, 3), 257),
+                                             (40, (24, 8, 16), 5000)])
+def test_gemm_group_bits_match_cpu(summed, transpose_a, transpose_b, m, sizes, shared):
+    """gemm_group in one GPU launch (or its products one after another, where they are cut into k ranges): the
+    CPU's bits."""
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        shapes, a, b, c0 = gemm_group_operands(np.random.default_rng(m + shared), m, sizes, shared, transpose_a,
+                                               transpose_b, summed)
+        cs = [device.put(c0[0])] * 3 if summed else [device.put(x) for x in c0]
+        K.gemm_group(cs, [device.put(x) for x in a], [device.put(x) for x in b], m, [n for n, _ in shapes],
+                     [k for _, k in shapes], transpose_a=transpose_a, transpose_b=transpose_b, summed=summed,
+                     accumulate=True)
+        results.append([c.numpy() for c in cs[:1 if summed else 3]])
+    for cpu, gpu in zip(*results):
+        assert same_bits(cpu, gpu)
 
 
 @pytest.mark.parametrize("op", sorted(K.UNARY_OPS))

@@ -5,7 +5,7 @@ import zlib
 import numpy as np
 import pytest
 
-from kernel_cases import all_cases, attention_inputs, run_attention
+from kernel_cases import all_cases, attention_inputs, gemm_group_operands, run_attention
 from uform import kernels as K
 
 
@@ -17,6 +17,60 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
         assert np.all(np.isfinite(out)), f"{name}/{output_name}: non-finite output"
         error = np.max(np.abs(out - ref)) / ((magnitude[0] if magnitude else np.max(np.abs(ref))) + 1e-30)
         assert error <= tolerance, f"{name}/{output_name}: relative error {error:.3g} > {tolerance:.3g}"
+
+
+@pytest.mark.parametrize("summed", [False, True], ids=["apart", "summed"])
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("m,sizes,shared,accumulate", [
+    (64, (32, 16, 16), 32, False),  # the byte LM's q, k and v (apart) and the gradient through them (summed)
+    (37, (5, 13, 8), 19, True),  # no size a multiple of 4: the scalar loads and stores
+    (130, (70, 129, 3), 257, False),  # several tiles, partial at every edge
+    (40, (24, 8, 16), 5000, True),  # k ≥ 4096: an Aᵀ·B product with small outputs cut into k ranges
+    (260, (512, 520, 600), 512, True),  # shapes the exact GEMM's rule takes: each runs alone, exactly
+])
+def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transpose_b, m, sizes, shared, accumulate):
+    """gemm_group, one launch or one product after another, gives the bits of its products launched alone in order
+    (summed: into one C, accumulating after the first), with and without C0."""
+    rng = np.random.default_rng(m + shared)
+    shapes, a, b, c0 = gemm_group_operands(rng, m, sizes, shared, transpose_a, transpose_b, summed)
+    options = dict(transpose_a=transpose_a, transpose_b=transpose_b)
+    a_on, b_on = [device.put(x) for x in a], [device.put(x) for x in b]
+    if summed:
+        n = shapes[0][0]
+        alone = device.put(c0[0])
+        for t, (_, k) in enumerate(shapes):
+            K.gemm(alone, a_on[t], b_on[t], m, n, k, accumulate=accumulate or t > 0, **options)
+        grouped = device.put(c0[0])
+        K.gemm_group([grouped] * 3, a_on, b_on, m, [n] * 3, [k for _, k in shapes], summed=True,
+                     accumulate=accumulate, **options)
+        pairs = [(alone, grouped)]
+    else:
+        alone = [device.put(x) for x in c0]
+        for t, (n, k) in enumerate(shapes):
+            K.gemm(alone[t], a_on[t], b_on[t], m, n, k, accumulate=accumulate, **options)
+        grouped = [device.put(x) for x in c0]
+        K.gemm_group(grouped, a_on, b_on, m, [n for n, _ in shapes], [shared] * 3, accumulate=accumulate, **options)
+        pairs = list(zip(alone, grouped))
+    for one, group in pairs:
+        assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
+
+
+ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
+
+
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_by_rows_gives_the_teams_bits(device, monkeypatch, name, case, kwargs):
+    """Attention's two identical forms (UFORM_ATTENTION: teams of 64-token tiles, or a row per query or key) walk
+    one canonical order, so they give the same bits: every attention case (spans over several blocks, segments,
+    padding, causal, grouped heads, every head dim) in both, o, dq, dk, dv and lse compared."""
+    outputs = {}
+    for form in ("teams", "rows"):
+        monkeypatch.setenv("UFORM_ATTENTION", form)
+        outputs[form] = case(device, seed=zlib.crc32(name.encode()), **kwargs)
+    for output_name, (teams, *_) in outputs["teams"].items():
+        rows = outputs["rows"][output_name][0]
+        differing = int(np.count_nonzero(teams.view(np.uint32) != rows.view(np.uint32)))
+        assert differing == 0, f"{name}/{output_name}: {differing} of {teams.size} values differ"
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -15,7 +15,8 @@ ranges then combined by the row tree (kernels/tree_sum.mojo), then C0. Both laun
 the CPU kernel vectorises across n (each SIMD lane its own chain), the GPU
 kernel gives each thread an 8×8 (large tiles) or 4×8 (small tiles) block of outputs, each its own chain, while the
 block stages k slices of A and B through two shared-memory stages (below). Tile
-sizes, slice depth and staging are free; the chains and the k ranges are not.
+sizes, slice depth, staging and which products share a launch (`gemm_group_on`: q, k and v of one input in
+one launch) are free; the chains and the k ranges are not.
 
 Layouts (row-major storage): a(m, k) = A[m·K + k], or A[k·M + m] when A is
 stored transposed (K×M); b(k, n) = B[k·N + n], or B[n·K + k] when B is stored
@@ -66,7 +67,8 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
 # smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
 # (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
 # multiprocessors, but 576 small ones of 4 warps each); a product cut into few k ranges of few outputs
-# 32×32 tiles of 4×4 per thread (64 threads), so that its blocks reach every multiprocessor.
+# 32×32 tiles of 4×4 per thread (64 threads) in slices of 32 k, so that its blocks reach every multiprocessor and
+# each slice's products cover the next slice's loads.
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than this: split k (part of the canonical order)
@@ -147,18 +149,19 @@ def quad_place[k_contiguous: Bool, BR: Int, threads: Int](tid: Int, e: Int) -> T
         return (4 * (f % (BR // 4)), f // (BR // 4))
 
 
-@__llvm_metadata(
-    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(threads)), `nvvm.minctasm`=SIMDLength(blocks_per_sm)
-)
-def gemm_gpu[
-    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
-    vec: Bool, H: Int = 2,
-](c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64):
-    """C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, each output one fma chain over k ascending
-    from +0, C0 added once after it (the canonical order above). Block (x, y, z) computes output tile
-    (y, x) over k range z; with several ranges, `c` is the partial sums [ranges, M, N] and accumulate
-    is 0. TM×4H outputs per thread (TM = 4 or 8 rows; H = 2 or 1 column blocks of 4, BN/H apart); KT: the k
-    depth of a staged slice."""
+comptime Shared = Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+
+
+@always_inline
+def tile_products[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, vec: Bool, H: Int,
+](
+    mut acc: Array[Quad, H * TM], As: Shared, Bs: Shared, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, row0: Int,
+    col0: Int, k_begin: Int, k_end: Int,
+):
+    """acc[H·r + h] += the thread's outputs of tile (row0, col0) over k in [k_begin, k_end), each one fma chain over
+    k ascending, the slices staged through As and Bs (two stages each); every thread of the block calls it, and
+    it ends at a barrier, so the stages may be staged again after it."""
     comptime RB = TM // 4  # blocks of 4 rows per thread, BM/RB rows apart
     comptime TX = BN // (4 * H)  # threads across the tile's columns
     comptime assert RB * 4 == TM and (RB == 1 or RB == 2), "4 or 8 rows per thread"
@@ -177,26 +180,13 @@ def gemm_gpu[
     comptime B_STAGE = KT * SB
     comptime A_KC = not transpose_a  # A stored M×K: k-contiguous
     comptime B_KC = transpose_b  # B stored N×K: k-contiguous
-    var M = Int(M64)
-    var N = Int(N64)
-    var K = Int(K64)
     var tid = Int(thread_idx.x)
     var warp = tid // 32
     var lane = tid % 32
     comptime WARPS_N = TX // 8
     var ty = (warp // WARPS_N) * 4 + lane // 8
     var tx = (warp % WARPS_N) * 8 + lane % 8
-    var row0 = Int(block_idx.y) * BM
-    var col0 = Int(block_idx.x) * BN
-    var k_begin = Int(block_idx.z) * Int(chunk64)
-    var k_end = min(K, k_begin + Int(chunk64))
-    var out = c.unsafe_offset(Int(block_idx.z) * M * N)
 
-    # As[stage][k][m], Bs[stage][k][n]: both read along their last index in the products.
-    var As = stack_allocation[2 * A_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
-    var Bs = stack_allocation[2 * B_STAGE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
-
-    var acc = Array[Quad, H * TM](fill=Quad(0))  # acc[H·r + h]: row r (0…TM−1), column block h
     var a_next = Array[Quad, PARTS](fill=Quad(0))
     var b_next = Array[Quad, PARTS](fill=Quad(0))
 
@@ -270,6 +260,21 @@ def gemm_gpu[
                 step(s, kk)
         barrier()
 
+
+@always_inline
+def store_tile[BM: Int, BN: Int, TM: Int, threads: Int, vec: Bool, H: Int](
+    acc: Array[Quad, H * TM], target: F32Ptr, M: Int, N: Int, row0: Int, col0: Int, accumulate: Bool
+):
+    """The thread's outputs of tile (row0, col0) into target [M, N]: C0 + acc when accumulating (C0 read there, once),
+    else acc."""
+    comptime RB = TM // 4
+    comptime TX = BN // (4 * H)
+    comptime WARPS_N = TX // 8
+    var tid = Int(thread_idx.x)
+    var warp = tid // 32
+    var lane = tid % 32
+    var ty = (warp // WARPS_N) * 4 + lane // 8
+    var tx = (warp % WARPS_N) * 8 + lane % 8
     comptime for r in range(TM):
         var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // RB)
         if m < M:
@@ -278,16 +283,96 @@ def gemm_gpu[
                 var value = acc[H * r + h]
                 comptime if vec:
                     if n < N:
-                        if accumulate != 0:
-                            value = out.unsafe_load[width=4, alignment=16](m * N + n) + value
-                        out.unsafe_store[alignment=16](m * N + n, value)
+                        if accumulate:
+                            value = target.unsafe_load[width=4, alignment=16](m * N + n) + value
+                        target.unsafe_store[alignment=16](m * N + n, value)
                 else:
                     comptime for j in range(4):
                         if n + j < N:
                             var v = value[j]
-                            if accumulate != 0:
-                                v = out.unsafe_load(m * N + n + j) + v
-                            out.unsafe_store(m * N + n + j, v)
+                            if accumulate:
+                                v = target.unsafe_load(m * N + n + j) + v
+                            target.unsafe_store(m * N + n + j, v)
+
+
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(threads)), `nvvm.minctasm`=SIMDLength(blocks_per_sm)
+)
+def gemm_gpu[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
+    vec: Bool, H: Int = 2,
+](c: F32Ptr, a: F32Ptr, b: F32Ptr, M64: Int64, N64: Int64, K64: Int64, accumulate: Int64, chunk64: Int64):
+    """C[m, n] (+)= Σ_k a(m, k)·b(k, n) over k range z, each output one fma chain over k ascending
+    from +0, C0 added once after it (the canonical order above). Block (x, y, z) computes output tile
+    (y, x) over k range z; with several ranges, `c` is the partial sums [ranges, M, N] and accumulate
+    is 0. TM×4H outputs per thread (TM = 4 or 8 rows; H = 2 or 1 column blocks of 4, BN/H apart); KT: the k
+    depth of a staged slice."""
+    var M = Int(M64)
+    var N = Int(N64)
+    var K = Int(K64)
+    var row0 = Int(block_idx.y) * BM
+    var col0 = Int(block_idx.x) * BN
+    var k_begin = Int(block_idx.z) * Int(chunk64)
+    var k_end = min(K, k_begin + Int(chunk64))
+    # As[stage][k][m], Bs[stage][k][n]: both read along their last index in the products.
+    var As = stack_allocation[2 * KT * (BM + PAD), Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var Bs = stack_allocation[2 * KT * (BN + PAD), Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var acc = Array[Quad, H * TM](fill=Quad(0))  # acc[H·r + h]: row r (0…TM−1), column block h
+    tile_products[transpose_a, transpose_b, BM, BN, TM, KT, threads, vec, H](
+        acc, As, Bs, a, b, M, N, K, row0, col0, k_begin, k_end
+    )
+    store_tile[BM, BN, TM, threads, vec, H](
+        acc, c.unsafe_offset(Int(block_idx.z) * M * N), M, N, row0, col0, accumulate != 0
+    )
+
+
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(threads)), `nvvm.minctasm`=SIMDLength(blocks_per_sm)
+)
+def gemm_group_gpu[
+    transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, blocks_per_sm: Int,
+    vec: Bool, H: Int = 2,
+](
+    c0: F32Ptr, c1: F32Ptr, c2: F32Ptr, a0: F32Ptr, a1: F32Ptr, a2: F32Ptr, b0: F32Ptr, b1: F32Ptr, b2: F32Ptr,
+    M64: Int64, N64: Int64, K64: Int64, x0: Int64, x1: Int64, x2: Int64, terms: Int64, summed: Int64,
+    accumulate: Int64,
+):
+    """A group of up to three products in one launch (`gemm_group_on`), each term t = (c_t, a_t, b_t) with its
+    varying size x_t, every output still one fma chain over k ascending from +0. Apart (summed = 0): term t is
+    C_t (+)= op(A_t)·op(B_t), N = x_t, computed by the blocks of z = t (a block past its term's columns returns).
+    Summed: one C (c0, N columns) = op(A_0)·op(B_0) (+ C0 when accumulating), then + op(A_1)·op(B_1), …, K = x_t,
+    each term's chain added to what the block stored of the terms before, as separate launches would."""
+    var M = Int(M64)
+    var row0 = Int(block_idx.y) * BM
+    var col0 = Int(block_idx.x) * BN
+    var As = stack_allocation[2 * KT * (BM + PAD), Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var Bs = stack_allocation[2 * KT * (BN + PAD), Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var cs = (c0, c1, c2)
+    var as_ = (a0, a1, a2)
+    var bs = (b0, b1, b2)
+    var xs = (Int(x0), Int(x1), Int(x2))
+    var count = 1 if summed == 0 else Int(terms)
+    for i in range(count):
+        var t = i if summed != 0 else Int(block_idx.z)
+        var c = c0
+        var a = a0
+        var b = b0
+        var x = xs[0]
+        comptime for u in range(1, 3):
+            if t == u:
+                c = cs[u]
+                a = as_[u]
+                b = bs[u]
+                x = xs[u]
+        var N = Int(N64) if summed != 0 else x
+        var K = x if summed != 0 else Int(K64)
+        if col0 >= N:
+            return
+        var acc = Array[Quad, H * TM](fill=Quad(0))
+        tile_products[transpose_a, transpose_b, BM, BN, TM, KT, threads, vec, H](
+            acc, As, Bs, a, b, M, N, K, row0, col0, 0, K
+        )
+        store_tile[BM, BN, TM, threads, vec, H](acc, c, M, N, row0, col0, accumulate != 0 or i > 0)
 
 
 # ---- CPU: 6×16 register blocks over a packed 16-column panel of B ------------------------
@@ -504,7 +589,7 @@ comptime LARGE = 0  # 128×128 tiles, 8×8 outputs per thread (256 threads), sli
 comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
 comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
-comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 8 k
+comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 32 k
 comptime TINY_MAX_BLOCKS = 2 * 132  # a product in k ranges with fewer 64×64 blocks than this: TINY (speed only)
 
 
@@ -515,7 +600,8 @@ def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
     small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit). A product cut into k
     ranges with fewer than TINY_MAX_BLOCKS 64×64 blocks over all its ranges (the byte LM's weight gradients: 256 ×
     256 outputs over 8192 tokens are 4 ranges of 16 blocks, 64 blocks on 132 multiprocessors) takes TINY, four
-    times the blocks of a quarter the outputs; UFORM_GEMM_TILE = tiny forces it too."""
+    times the blocks of a quarter the outputs, in slices of 32 k (with two warps a block and few blocks a
+    multiprocessor, a slice of 8 k did not cover the next slice's loads); UFORM_GEMM_TILE = tiny forces it too."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -580,8 +666,8 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
             elif tiling == SMALL:
                 launch_gemm[transpose_a, transpose_b, 64, 4, 8, 128, 5](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == TINY:
-                launch_gemm[transpose_a, transpose_b, 32, 4, 8, 64, 12, 1](dev, target, a, b, M, N, K, flag, length,
-                                                                           chunks)
+                launch_gemm[transpose_a, transpose_b, 32, 4, 32, 64, 12, 1](dev, target, a, b, M, N, K, flag, length,
+                                                                            chunks)
             else:
                 launch_gemm[transpose_a, transpose_b, 64, 8, 8, 64, 6](dev, target, a, b, M, N, K, flag, length, chunks)
     else:
@@ -598,3 +684,54 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
         else:
             launch_index[sum_chunks](dev, M * N, args)
 
+
+comptime GROUP_TERMS = 3  # products a group may hold
+
+
+def gemm_group_on[transpose_a: Bool, transpose_b: Bool](
+    dev: DevicePtr, terms: Int, summed: Bool, c: Array[F32Ptr, GROUP_TERMS], a: Array[F32Ptr, GROUP_TERMS],
+    b: Array[F32Ptr, GROUP_TERMS], M: Int, N: Int, K: Int, x: Array[Int, GROUP_TERMS], accumulate: Bool,
+    partials: F32Ptr, range_length: Int,
+) raises:
+    """A group of `terms` products, with the bits of each launched alone in order (their canonical order is per
+    output, so a launch's company changes no bit). Apart: C_t (+)= op(A_t)·op(B_t) with N = x_t and the shared
+    K (the byte LM's q, k and v from one input; their weight gradients). Summed: C (+)= op(A_0)·op(B_0), then
+    C += op(A_t)·op(B_t) for t = 1, 2, … with K = x_t and the shared N (the input gradient through q, k and v).
+    On a GPU, products of one k range that take the small tiles (the byte LM's: a few blocks each, whose time is
+    their launch) run as one launch of gemm_group_gpu; otherwise, and on the CPU, one product after another
+    (`gemm_on`, through `partials` for a product cut into k ranges)."""
+    var grouped = dev[].is_gpu()
+    var widest = 0
+    var vec = True  # 128-bit loads and stores, as launch_gemm decides them, for every term
+    for t in range(terms):
+        var n = N if summed else x[t]
+        var k = x[t] if summed else K
+        widest = max(widest, n)
+        grouped = grouped and k_chunks(M, n, k, transpose_a, range_length) == 1
+        var a_row = M if transpose_a else k
+        var b_row = k if transpose_b else n
+        vec = vec and a_row % 4 == 0 and b_row % 4 == 0 and n % 4 == 0
+        vec = vec and (Int(a[t]) | Int(b[t]) | Int(c[t])) % 16 == 0
+    grouped = grouped and gpu_tiling[transpose_b](M, widest, 1) == SMALL
+    if not grouped:
+        for t in range(terms):
+            if summed:
+                gemm_on[transpose_a, transpose_b](dev, c[0], a[t], b[t], M, N, x[t], accumulate or t > 0, partials,
+                                                  range_length)
+            else:
+                gemm_on[transpose_a, transpose_b](dev, c[t], a[t], b[t], M, x[t], K, accumulate, partials,
+                                                  range_length)
+        return
+    comptime if HAS_ACCELERATOR:
+        var grid = ((widest + 63) // 64, (M + 63) // 64, 1 if summed else terms)
+        var flags = (Int64(terms), Int64(1 if summed else 0), Int64(1 if accumulate else 0))
+        if vec:
+            dev[].ctx().enqueue_function[gemm_group_gpu[transpose_a, transpose_b, 64, 64, 4, 8, 128, 5, True]](
+                c[0], c[1], c[2], a[0], a[1], a[2], b[0], b[1], b[2], Int64(M), Int64(N), Int64(K), Int64(x[0]),
+                Int64(x[1]), Int64(x[2]), flags[0], flags[1], flags[2], grid_dim=grid, block_dim=128,
+            )
+        else:
+            dev[].ctx().enqueue_function[gemm_group_gpu[transpose_a, transpose_b, 64, 64, 4, 8, 128, 5, False]](
+                c[0], c[1], c[2], a[0], a[1], a[2], b[0], b[1], b[2], Int64(M), Int64(N), Int64(K), Int64(x[0]),
+                Int64(x[1]), Int64(x[2]), flags[0], flags[1], flags[2], grid_dim=grid, block_dim=128,
+            )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import time
 from collections import defaultdict
 
@@ -26,6 +27,7 @@ COLUMN_CHUNK = FACTS["column_chunk"]  # rows per partial sum of `column_sum`
 EMBEDDING_CHUNK = FACTS["embedding_chunk"]  # tokens per partial sum of `embedding_backward_chunked`
 ATTENTION_HEAD_DIMS = tuple(FACTS["attention_head_dims"])
 ATTENTION_TILE = FACTS["attention_tile"]  # tokens of one attention task (a tile of queries or of keys)
+ATTENTION_ROWS_MAX_TEAMS = FACTS["attention_rows_max_teams"]  # fewer teams than this: attention by rows
 ATTENTION_FAST_HEAD_DIMS = tuple(FACTS["attention_fast_head_dims"])  # head dims with fast-mode (bf16) kernels
 ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode attention task
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
@@ -336,6 +338,45 @@ def _identical_product(entry, label: str, c: Buffer, a: Buffer, b: Buffer, m: in
           label=label + ("_exact" if exact else "") + ("_rows" if k_range else "" if exact or not nbytes else "_split_k"))
 
 
+def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns: list[int], ks: list[int], *,
+               transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, summed: bool = False,
+               k_range: int = 0) -> None:
+    """Up to three identical products in one call, each with the bits it has launched alone (``gemm``): apart,
+    C_t (+)= op(A_t)·op(B_t) for each t (one k, the sizes n_t); summed, one C (+)= op(A_0)·op(B_0), then
+    C += op(A_t)·op(B_t) in order (one C and n, the sizes k_t), as ``gemm`` calls with accumulate after the first.
+    On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
+    after another (mojo/kernels/gemm.mojo, gemm_group_on; those the exact GEMM's shape rule takes, each by
+    ``gemm``). Layouts and k_range as ``gemm``."""
+    terms = len(cs)
+    if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
+        raise ValueError(f"gemm_group takes 1 to 3 products with one C, A, B, n and k each, got {terms} C")
+    if summed and (any(c is not cs[0] for c in cs) or len(set(ns)) != 1):
+        raise ValueError("gemm_group: summed products share their C and n")
+    if not summed and len(set(ks)) != 1:
+        raise ValueError("gemm_group: products apart share k")
+    if k_range < 0 or (k_range and not transpose_a):
+        raise ValueError(f"gemm_group: k_range must be 0, or positive for Aᵀ·B products, got {k_range}")
+    if any(gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)):  # the exact GEMM's products run alone
+        for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
+            gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+                 accumulate=accumulate or (summed and t > 0), k_range=k_range)
+        return
+    device, partial_sums = None, 0  # the largest workspace a product cut into k ranges needs
+    for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
+        on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
+        if device is not None and on is not device:
+            raise ValueError(f"gemm_group: products on different devices: {device.name} and {on.name}")
+        device = on
+        chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
+        partial_sums = max(partial_sums, chunks * m * n if chunks > 1 else 0)
+    partials = device.scratch(partial_sums).address if partial_sums else 0
+    varying = ks if summed else ns
+    _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
+          [a.address for a in as_], [b.address for b in bs], m, ns[0], ks[0], varying, bool(transpose_a),
+          bool(transpose_b), bool(accumulate), partials, int(k_range),
+          label="gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else ""))
+
+
 # ---- rows ------------------------------------------------------------------------------------
 
 def rmsnorm_forward(y: Buffer, rstd: Buffer, x: Buffer, weight: Buffer, eps: float, *, residual: Buffer | None = None,
@@ -497,18 +538,28 @@ def _attention_geometry(tokens: int, heads: int, kv_heads: int, head_dim: int, c
                 scale=head_dim ** -0.5)
 
 
-def _attention_kernels(fast: bool, device, head_dim: int) -> tuple[str, int]:
-    """The suffix of the kernels to run and their tile: "_fast" for the fast-mode kernels (asked for, on a GPU, for
-    a head dim they support), else "" for the identical ones."""
+def _attention_form(fast: bool, device, tokens: int, heads: int, head_dim: int) -> str:
+    """Which kernels run: "fast", the fast-mode kernels (asked for, on a GPU, for a head dim they support); else the
+    identical ones: on a GPU "rows" (kernels/attention_rows.mojo: a warp per query or key) for a launch of fewer
+    than ATTENTION_ROWS_MAX_TEAMS teams of ATTENTION_TILE queries, which would leave most multiprocessors idle,
+    else "teams" (kernels/attention.mojo), which the CPU always runs (its teams' products are vectorised across
+    threads: the byte LM's CPU step measured 1.28x slower by rows on a 2-core build machine). The two identical
+    forms give the same bits; UFORM_ATTENTION = rows or teams forces one on either device (for tests and
+    tuning)."""
     if fast and device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS:
-        return "_fast", ATTENTION_FAST_TILE
-    return "", ATTENTION_TILE
+        return "fast"
+    forced = os.environ.get("UFORM_ATTENTION")
+    if forced in ("rows", "teams"):
+        return forced
+    small = -(-tokens // ATTENTION_TILE) * heads < ATTENTION_ROWS_MAX_TEAMS
+    return "rows" if device.is_gpu and small else "teams"
 
 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
                       kv_heads: int, head_dim: int, causal: bool, fast: bool = False) -> None:
     """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
-    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head.
+    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head, or per query and
+    head for a small launch (``_attention_form``).
 
     fast: on a GPU, the fast-mode kernels (bf16 tensor cores, fp32 accumulation and softmax; deterministic on one
     GPU model, see mojo/kernels/attention_fast.mojo) for head dims in ATTENTION_FAST_HEAD_DIMS; on the CPU, or
@@ -518,16 +569,24 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     _expect(o, "o", q.size)
     _expect_aligned(v, o)
     _expect(lse, "lse", tokens * heads)
-    suffix, tile = _attention_kernels(fast, q.device, head_dim)
-    _launch("attention_forward" + suffix, -(-tokens // tile) * heads, o=o, lse=lse, q=q, k=k, v=v, spans=spans,
-            **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans,
+                    **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    form = _attention_form(fast, q.device, tokens, heads, head_dim)
+    if form == "rows":
+        _launch("attention_forward_rows", tokens * heads, **operands)
+    elif form == "fast":
+        _launch("attention_forward_fast", -(-tokens // ATTENTION_FAST_TILE) * heads, **operands)
+    else:
+        _launch("attention_forward", -(-tokens // ATTENTION_TILE) * heads, **operands)
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
                        causal: bool, delta: Buffer | None = None, fast: bool = False) -> None:
     """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace):
-    δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head.
+    δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head;
+    by rows (``_attention_form``), one launch: a row per key and kv head (dk, dv), then per query and head (dq),
+    each computing the δ it reads (delta is not used).
 
     fast: as in attention_forward (on a GPU and a supported head dim, the bf16 kernels after the same fp32 δ;
     otherwise the identical kernels). o and lse may come from either mode's forward."""
@@ -535,17 +594,21 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
     _expect_aligned(v, dq, dk, dv, d_out, o)
+    form = _attention_form(fast, q.device, tokens, heads, head_dim)
+    # The kernels share one interface: each reads its inputs and writes its own output.
+    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, dq=dq, dk=dk, dv=dv,
+                    **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    if form == "rows":
+        _launch("attention_backward_rows", tokens * (kv_heads + heads), **operands)
+        return
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
-    # The three kernels share one interface: each reads its inputs and writes its own output.
-    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, delta=delta, dq=dq, dk=dk, dv=dv,
-                    **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
-    suffix, tile = _attention_kernels(fast, q.device, head_dim)
+    suffix, tile = ("_fast", ATTENTION_FAST_TILE) if form == "fast" else ("", ATTENTION_TILE)
     tiles = -(-tokens // tile)
-    _launch("attention_backward_delta" + suffix, tokens * heads, **operands)
-    _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, **operands)
-    _launch("attention_backward_dq" + suffix, tiles * heads, **operands)
+    _launch("attention_backward_delta" + suffix, tokens * heads, delta=delta, **operands)
+    _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, delta=delta, **operands)
+    _launch("attention_backward_dq" + suffix, tiles * heads, delta=delta, **operands)
 
 
 # ---- rotary positions ------------------------------------------------------------------------

@@ -231,6 +231,27 @@ class TransformerStack:
         K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=self.row_length if options.get("transpose_a") else 0,
                **options)
 
+    def _gemm_apart(self, cs: list[Buffer], a: Buffer, bs: list[Buffer], m: int, ns: list[int], k: int, *,
+                    a16: Buffer | None, b16s: list[Buffer | None], **options) -> None:
+        """Products that read one A: q, k and v of one input, and their weight gradients. Identical mode: one
+        ``gemm_group`` (one launch where the products are small); fast mode: one by one, each with its copies."""
+        if self.fast:
+            for c, b, n, b16 in zip(cs, bs, ns, b16s):
+                self._gemm(c, a, b, m, n, k, a16=a16, b16=b16, **options)
+            return
+        K.gemm_group(cs, [a] * len(cs), bs, m, ns, [k] * len(cs),
+                     k_range=self.row_length if options.get("transpose_a") else 0, **options)
+
+    def _gemm_summed(self, c: Buffer, as_: list[Buffer], bs: list[Buffer], m: int, n: int, ks: list[int], *,
+                     a16s: list[Buffer | None], b16s: list[Buffer | None], **options) -> None:
+        """c = Σ_t op(A_t)·op(B_t), each product added to the sum of those before (the input's gradient through q,
+        k and v). Identical mode: one summed ``gemm_group``; fast mode: one product after another."""
+        if self.fast:
+            for t, (a, b, k, a16, b16) in enumerate(zip(as_, bs, ks, a16s, b16s)):
+                self._gemm(c, a, b, m, n, k, accumulate=t > 0, a16=a16, b16=b16, **options)
+            return
+        K.gemm_group([c] * len(as_), as_, bs, m, [n] * len(as_), ks, summed=True, **options)
+
     def _round_weights(self, weights: list[LayerTensors]) -> list[LayerTensors]:
         """Fast mode: bf16 copies of every block's tensors, for the products that read the weights, made by one
         cast_bf16 over the span of the model's flat parameters that holds them all (they view one allocation);
@@ -307,9 +328,8 @@ class TransformerStack:
         for i, (w, w16, b, c) in enumerate(zip(weights, self._round_weights(weights), layers, copies)):
             if i == 0:
                 self._norm(b.a, c.a, b.rstd1, b.h_in, w.attention_norm)
-            self._gemm(b.q, b.a, w.wq, n, g.q_width, g.width, a16=c.a, b16=w16.wq)
-            self._gemm(b.k, b.a, w.wk, n, g.kv_width, g.width, a16=c.a, b16=w16.wk)
-            self._gemm(b.v, b.a, w.wv, n, g.kv_width, g.width, a16=c.a, b16=w16.wv)
+            self._gemm_apart([b.q, b.k, b.v], b.a, [w.wq, w.wk, w.wv], n, [g.q_width, g.kv_width, g.kv_width],
+                             g.width, a16=c.a, b16s=[w16.wq, w16.wk, w16.wv])
             K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes, fast=self.fast)
             K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes,
                      fast=self.fast)
@@ -366,14 +386,10 @@ class TransformerStack:
             K.rotary(dk, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, inverse=True,
                      axes=axes, fast=self.fast, y16=d16.dk)
             self._round(d16.dv, dv)
-            self._gemm(gw.wq, b.a, dq, g.width, g.q_width, n, transpose_a=True, a16=c.a, b16=d16.dq)
-            self._gemm(gw.wk, b.a, dk, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dk)
-            self._gemm(gw.wv, b.a, dv, g.width, g.kv_width, n, transpose_a=True, a16=c.a, b16=d16.dv)
-            self._gemm(dx, dq, w.wq, n, g.width, g.q_width, transpose_b=True, a16=d16.dq, b16=w16.wq)
-            self._gemm(dx, dk, w.wk, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dk,
-                       b16=w16.wk)
-            self._gemm(dx, dv, w.wv, n, g.width, g.kv_width, transpose_b=True, accumulate=True, a16=d16.dv,
-                       b16=w16.wv)
+            self._gemm_apart([gw.wq, gw.wk, gw.wv], b.a, [dq, dk, dv], g.width, [g.q_width, g.kv_width, g.kv_width],
+                             n, transpose_a=True, a16=c.a, b16s=[d16.dq, d16.dk, d16.dv])
+            self._gemm_summed(dx, [dq, dk, dv], [w.wq, w.wk, w.wv], n, g.width, [g.q_width, g.kv_width, g.kv_width],
+                              transpose_b=True, a16s=[d16.dq, d16.dk, d16.dv], b16s=[w16.wq, w16.wk, w16.wv])
             self._norm_backward(dh, d16.dh, dx, b.h_in, w.attention_norm, b.rstd1, gw.attention_norm, work)
         return dh
 
