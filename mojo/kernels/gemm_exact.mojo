@@ -358,47 +358,71 @@ comptime EXACT_RESIDUES = Interface("residues exponents x", "length line_stride 
 
 
 @always_inline
-def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
-    """x mod p for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12, by one 64-bit multiply (no 64-bit division, which a GPU
+def quotient_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """⌊x/p⌋ for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12, by one 64-bit multiply (no 64-bit division, which a GPU
     emulates): with s = 31 + ⌈log2 p⌉ (39 for 128 < p ≤ 256), m = ⌈2^s/p⌉ ≤ 2^32 and m·p = 2^s + d (0 ≤ d < p),
     x·m/2^s = x/p + x·d/(p·2^s) lies in [x/p, x/p + 1/p) (x·d < 2^31·p ≤ 2^s), so its floor is ⌊x/p⌋ (x/p's
     fraction is at most (p − 1)/p)."""
     comptime s = 95 - Int(count_leading_zeros(UInt64(p - 1)))  # 31 + ⌈log2 p⌉
     comptime m = ((1 << s) + p - 1) // p
-    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> UInt64(s)).cast[DType.uint32]()
-    return x - quotient * UInt32(p)
+    return ((x.cast[DType.uint64]() * UInt64(m)) >> UInt64(s)).cast[DType.uint32]()
+
+
+@always_inline
+def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """x mod p for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12 (quotient_below_2_31)."""
+    return x - quotient_below_2_31[p](x) * UInt32(p)
+
+
+comptime SPLIT = 27  # fixed-point values are split as v = high·2^27 + low
 
 
 @fieldwise_init
 struct FixedGroup(ImplicitlyCopyable, Movable):
-    """RESIDUE_GROUP fixed-point values v = high·2^32 + middle·2^16 + low, with −2^11 ≤ high < 2^11 and
-    0 ≤ middle, low < 2^16 (|v| < 2^bits ≤ 2^43)."""
+    """RESIDUE_GROUP fixed-point values v = high·2^SPLIT + low, high and low carrying v's sign: |high| < 2^16 and
+    |low| < 2^27 (|v| < 2^bits ≤ 2^43), so that a residue takes 32-bit arithmetic only."""
 
     var high: SIMD[DType.int32, RESIDUE_GROUP]
-    var middle: SIMD[DType.int32, RESIDUE_GROUP]
     var low: SIMD[DType.int32, RESIDUE_GROUP]
 
     @staticmethod
     @always_inline
-    def of(fixed: SIMD[DType.int64, RESIDUE_GROUP]) -> FixedGroup:
-        """The words of 16 fixed-point values."""
-        return FixedGroup((fixed >> 32).cast[DType.int32](), ((fixed >> 16) & 0xFFFF).cast[DType.int32](),
-                          (fixed & 0xFFFF).cast[DType.int32]())
+    def of(values: SIMD[DType.float32, RESIDUE_GROUP], bits: Int, e: Int) -> FixedGroup:
+        """The words of trunc(value·2^(bits − e)) (fixed_point's values), from the float32 bits in 32-bit words:
+        value = ±m·2^binade, so |v| = m·2^s with s = binade + bits − e ≤ 42 (m·2^s < 2^bits), truncated to m >> −s
+        for s < 0. high = m·2^(s − 27) for s ≥ 27, else m >> (27 − s) (0 for s ≤ 3, m < 2^24); low = (m << s) mod
+        2^27 for s ≥ 0 (a 32-bit shift keeps the low 27 bits; 0 for s ≥ 27), else m >> −s. Each is one left and one
+        right shift, the one not wanted by 0, every shift clamped to [0, 31] (a right shift by 31 leaves 0 of m, as
+        the exact one would), so no select and no shift out of range."""
+        var pattern = bitcast[DType.uint32, RESIDUE_GROUP](values)
+        var magnitude = pattern & 0x7FFFFFFF
+        var field = (magnitude >> 23).cast[DType.int32]()
+        var m = significand(magnitude).cast[DType.int32]()
+        var s = max(field, 1) + Int32(bits - e - 150)  # binade = max(field, 1) − 150
+        var high = (m << max(s - SPLIT, 0)) >> min(max(SPLIT - s, 0), 31)
+        var low = ((m << min(max(s, 0), 31)) & ((1 << SPLIT) - 1)) >> min(max(-s, 0), 31)
+        var sign = bitcast[DType.int32, RESIDUE_GROUP](pattern) >> 31  # 0, or −1 for a negative value
+        return FixedGroup((high ^ sign) - sign, (low ^ sign) - sign)
 
     @always_inline
     def residues[p: Int, dtype: DType = DType.int8](self) -> SIMD[dtype, RESIDUE_GROUP]:
         """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8 for the MODULI, int16 for
-        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 256, and the byte read as int8 is the residue in
-        [−128, 128)). Else, with h = ⌊p/2⌋, v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h
-        (mod p), a value in [0, 2^25) (in [0, 2^29) for p < 2^12), so one 32-bit remainder r = (v + h) mod p gives
-        the residue r − h, the one in [−h, h]."""
+        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 2^27, and the byte read as int8 is the residue in
+        [−128, 128)). Else, with h = ⌊p/2⌋: x = high·(2^27 mod p) + low ≡ v (mod p), |x| < 2^16·p + 2^27; a lift
+        L, a multiple of p and of 2^16 above |x|, makes y = x + L + h lie in [0, 2^30), and with q = ⌊y/p⌋,
+        y − q·p = (v + h) mod p, so x − q·p ≡ r = ((v + h) mod p) − h (mod 2^16), which int8 and int16 keep. q as
+        quotient_below_2_31 finds it, with s = 30 + ⌈log2 p⌉ (y < 2^30, so y·d < 2^s) and m = ⌈2^s/p⌉ < 2^31: one
+        signed 32 × 32-bit multiply-add into 64 bits, x·m + (L + h)·m, and a shift: four operations a value and modulus."""
         comptime if p == 256:
             return self.low.cast[DType.int8]().cast[dtype]()
         comptime half = p // 2
-        comptime lift = (p << 11) + half  # a multiple of p above |high·(2^32 mod p)|, plus h
-        var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
-        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # (v + h) mod p
-        return (r - Int32(half)).cast[dtype]()
+        comptime lift = p * (1 << 16) * (1 + ((1 << 11) + p - 1) // p)  # ≥ 2^16·p + 2^27
+        comptime assert 2 * lift + half < (1 << 30), "the lifted value passes 2^30"
+        comptime s = 94 - Int(count_leading_zeros(UInt64(p - 1)))  # 30 + ⌈log2 p⌉
+        comptime m = ((1 << s) + p - 1) // p
+        var x = self.high * Int32((1 << SPLIT) % p) + self.low
+        var q = ((x.cast[DType.int64]() * Int64(m) + Int64((lift + half) * m)) >> Int64(s)).cast[DType.int32]()
+        return (x - q * Int32(p)).cast[dtype]()
 
 
 @always_inline
@@ -414,7 +438,7 @@ def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int
             comptime for j in range(RESIDUE_GROUP):
                 if first + j < length:
                     values[j] = x.unsafe_load((first + j) * step)
-    return FixedGroup.of(fixed_point(values, bits, Int(e)))
+    return FixedGroup.of(values, bits, Int(e))
 
 
 def exact_residues[moduli: Int](task: Int, args: Args):
