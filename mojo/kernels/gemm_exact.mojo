@@ -314,18 +314,27 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
 comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
+comptime EXPONENT_READS = 8  # loads line_exponents keeps in flight a thread
 
 
 def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
     """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
     caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
-    shuffles (a maximum of bit patterns, so any order gives the same e)."""
+    shuffles (a maximum of bit patterns, so any order gives the same e). The reads go EXPONENT_READS at a time
+    into as many maxima, so that a GPU thread has that many loads in flight."""
     var length = args.size(0)
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var step = args.size(2)
-    var largest = UInt32(0)
-    for i in range(lane, length, row_stride[warp]()):
-        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    var stride = row_stride[warp]()
+    var maxima = SIMD[DType.uint32, EXPONENT_READS](0)
+    var i = lane
+    while i + (EXPONENT_READS - 1) * stride < length:
+        comptime for j in range(EXPONENT_READS):
+            maxima[j] = max(maxima[j], bitcast[DType.uint32](x.unsafe_load((i + j * stride) * step)) & 0x7FFFFFFF)
+        i += EXPONENT_READS * stride
+    for rest in range(i, length, stride):
+        maxima[0] = max(maxima[0], bitcast[DType.uint32](x.unsafe_load(rest * step)) & 0x7FFFFFFF)
+    var largest = maxima.reduce_max()
     comptime if warp:
         comptime for level in range(5):
             largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
@@ -466,7 +475,8 @@ comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's re
 comptime TILE_GROUPS = 4  # groups of 16 k of one tile
 comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
 comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
-comptime TILE_TEAMS_PER_SM = 6  # a budget of 85 registers a thread (the default 2 left it 255, 12 % occupancy)
+comptime TILE_TEAMS_PER_SM = 7  # a budget of 73 registers a thread (the default 2 left it 255, 12 % occupancy); 8
+# would take 64 registers without spills, but 8 tiles' scratch (and the 1 KB a block reserves) pass 228 KB
 
 
 def tile_scratch_floats(moduli: Int) -> Int:
@@ -730,7 +740,8 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
     residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
     reconstruction in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its
-    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits)."""
+    own choice) where fused_pays, else the unfused form; the CPU runs its own residue form either way
+    (wide_residue_product: the same bits)."""
     if K > MAX_K:
         raise Error("gemm_exact: k = ", K, " passes the definition's ", MAX_K)
     if not dev[].is_gpu():
@@ -762,9 +773,10 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
                            1 if transpose_b else N, bits)
     comptime if HAS_ACCELERATOR:
         comptime if fused:
-            fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
-                                   bits, accumulate, fused_splits(M, N, K, splits))
-            return
+            if fused_pays(M, N, K, splits):
+                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
+                                       bits, accumulate, fused_splits(M, N, K, splits))
+                return
         plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
@@ -954,6 +966,14 @@ def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
                 wanted = splits
     var per_split = (slices + wanted - 1) // wanted
     return (slices + per_split - 1) // per_split
+
+
+def fused_pays(M: Int, N: Int, K: Int, requested: Int) -> Bool:
+    """Whether a fused product asked for with `requested` splits (0: its own choice) runs the fused kernel: always
+    when splits are asked for; else unless the kernel would split k itself (few outputs over a long k: a weight
+    gradient), where cuBLAS's plane products and crt_round, which then has few outputs to reconstruct, take less
+    time (768 × 768 over 65536 on the H200: 1.32 against 1.57 ms with the planes). Either way the same bits."""
+    return requested > 0 or fused_splits(M, N, K, 0) == 1
 
 
 def fused_columns(K: Int, splits: Int) -> Int:

@@ -230,8 +230,9 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     the residue form (``True``: on a GPU int8 residue planes, their products on cuBLAS, then the reconstruction;
     on the CPU int16 residue planes and AVX2, the fastest exact form there) and ``residues="fused"``, whose plane
     products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
-    ``splits`` ranges (0: the kernel's own choice; the bits never depend on it); the CPU has no fused kernel and
-    runs its residue form for it."""
+    ``splits`` ranges (0: the kernel's own choice, which leaves to the unfused form the products whose k the kernel
+    would split: gemm_exact.fused_pays; the bits never depend on it); the CPU has no fused kernel and runs its
+    residue form for it."""
     if k > EXACT_GEMM_MAX_K:
         raise ValueError(f"gemm_exact covers k up to {EXACT_GEMM_MAX_K}, got k={k}")
     forms = {False: _engine.gemm_exact, True: _engine.gemm_exact_residues, "fused": _engine.gemm_exact_fused}
@@ -241,8 +242,8 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     if not isinstance(splits, int) or isinstance(splits, bool) or splits < 0:
         raise ValueError(f"gemm_exact: splits must be an int >= 0, got {splits!r}")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
-    if product is _engine.gemm_exact_residues and device.is_gpu:
-        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
+    if residues and device.is_gpu:
+        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM (the fused form's too, at times)
     workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, device.is_gpu))
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
           bool(transpose_b), bool(accumulate), 0, 0, workspace.address, splits)
