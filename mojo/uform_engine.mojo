@@ -301,8 +301,11 @@ def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: P
     canonical shape rule takes it (gemm_exact.exact_applies), else the fma chain (kernels/gemm.mojo); with k ranges
     either way summed by the row tree. The workspace holds gemm_workspace's bytes."""
     if gemm_exact.exact_applies(p.M, p.N, p.K, p.range_length):
+        # the fused kernel at its own split of k, never cuBLAS's plane products (fused_pays' other choice), whose
+        # calls a recorded device graph (the language model's step plans) cannot hold
         gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
-            dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, 0, p.range_length
+            dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, gemm_exact.fused_splits(p.M, p.N, p.K, 0),
+            p.range_length,
         )
     else:
         fma_product[transpose_a, transpose_b](dev, p)

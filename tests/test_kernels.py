@@ -235,6 +235,37 @@ def test_exact_gemm_rounds_at_the_edges(device, k):
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues
 
 
+@pytest.mark.parametrize("k,ta,tb", [(1, False, False), (300, False, False), (300, True, False), (300, False, True),
+                                    (70000, True, False)])
+def test_exact_gemm_converts_values_of_every_scale(device, k, ta, tb):
+    """Every form gives the definition's bits whatever the lines' fixed-point values look like: each line's values
+    spread over a window of binades below its own largest (none, 10, 30, 60 or all of float32's), placed anywhere
+    from the subnormals to near the largest finite, signs at random, so that the residues see values shifted left
+    by up to 42 bits (a line of subnormals), right past 31 bits (truncated to nothing) and everything between;
+    contiguous and transposed lines alike."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(k + 2 * ta + tb)
+    m, n = 24, 20
+
+    def operand(lines, length):
+        width = rng.choice([0, 10, 30, 60, 280], (lines, 1))
+        top = rng.integers(-149, 127, (lines, 1))
+        binades = np.clip(top - rng.integers(0, width + 1, (lines, length)), -150, 126)
+        signs = rng.choice([-1.0, 1.0], (lines, length))
+        return (signs * np.ldexp(1 + rng.random((lines, length)), binades)).astype(np.float32)
+
+    a, b = operand(m, k), operand(n, k).T
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    stored_a = np.ascontiguousarray(a.T) if ta else a
+    stored_b = np.ascontiguousarray(b.T) if tb else b
+    for residues in (False, True, "fused"):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
+                     residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
 def test_rmsnorm_takes_its_residual_and_sum_together(device):
     """The norm with its residual add needs both the residual and the buffer h that keeps the sum; one alone is
     refused before any launch, the output untouched."""

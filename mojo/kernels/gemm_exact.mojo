@@ -329,18 +329,27 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
 comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
+comptime EXPONENT_READS = 8  # loads line_exponents keeps in flight a thread
 
 
 def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
     """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
     caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
-    shuffles (a maximum of bit patterns, so any order gives the same e)."""
+    shuffles (a maximum of bit patterns, so any order gives the same e). The reads go EXPONENT_READS at a time
+    into as many maxima, so that a GPU thread has that many loads in flight."""
     var length = args.size(0)
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var step = args.size(2)
-    var largest = UInt32(0)
-    for i in range(lane, length, row_stride[warp]()):
-        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
+    var stride = row_stride[warp]()
+    var maxima = SIMD[DType.uint32, EXPONENT_READS](0)
+    var i = lane
+    while i + (EXPONENT_READS - 1) * stride < length:
+        comptime for j in range(EXPONENT_READS):
+            maxima[j] = max(maxima[j], bitcast[DType.uint32](x.unsafe_load((i + j * stride) * step)) & 0x7FFFFFFF)
+        i += EXPONENT_READS * stride
+    for rest in range(i, length, stride):
+        maxima[0] = max(maxima[0], bitcast[DType.uint32](x.unsafe_load(rest * step)) & 0x7FFFFFFF)
+    var largest = maxima.reduce_max()
     comptime if warp:
         comptime for level in range(5):
             largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
@@ -386,47 +395,71 @@ def exponent_at(args: Args, line: Int, k: Int) -> Int32:
 
 
 @always_inline
-def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
-    """x mod p for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12, by one 64-bit multiply (no 64-bit division, which a GPU
+def quotient_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """⌊x/p⌋ for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12, by one 64-bit multiply (no 64-bit division, which a GPU
     emulates): with s = 31 + ⌈log2 p⌉ (39 for 128 < p ≤ 256), m = ⌈2^s/p⌉ ≤ 2^32 and m·p = 2^s + d (0 ≤ d < p),
     x·m/2^s = x/p + x·d/(p·2^s) lies in [x/p, x/p + 1/p) (x·d < 2^31·p ≤ 2^s), so its floor is ⌊x/p⌋ (x/p's
     fraction is at most (p − 1)/p)."""
     comptime s = 95 - Int(count_leading_zeros(UInt64(p - 1)))  # 31 + ⌈log2 p⌉
     comptime m = ((1 << s) + p - 1) // p
-    var quotient = ((x.cast[DType.uint64]() * UInt64(m)) >> UInt64(s)).cast[DType.uint32]()
-    return x - quotient * UInt32(p)
+    return ((x.cast[DType.uint64]() * UInt64(m)) >> UInt64(s)).cast[DType.uint32]()
+
+
+@always_inline
+def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """x mod p for 0 ≤ x < 2^31 and 2 ≤ p ≤ 2^12 (quotient_below_2_31)."""
+    return x - quotient_below_2_31[p](x) * UInt32(p)
+
+
+comptime SPLIT = 27  # fixed-point values are split as v = high·2^27 + low
 
 
 @fieldwise_init
 struct FixedGroup(ImplicitlyCopyable, Movable):
-    """RESIDUE_GROUP fixed-point values v = high·2^32 + middle·2^16 + low, with −2^11 ≤ high < 2^11 and
-    0 ≤ middle, low < 2^16 (|v| < 2^bits ≤ 2^43)."""
+    """RESIDUE_GROUP fixed-point values v = high·2^SPLIT + low, high and low carrying v's sign: |high| < 2^16 and
+    |low| < 2^27 (|v| < 2^bits ≤ 2^43), so that a residue takes 32-bit arithmetic only."""
 
     var high: SIMD[DType.int32, RESIDUE_GROUP]
-    var middle: SIMD[DType.int32, RESIDUE_GROUP]
     var low: SIMD[DType.int32, RESIDUE_GROUP]
 
     @staticmethod
     @always_inline
-    def of(fixed: SIMD[DType.int64, RESIDUE_GROUP]) -> FixedGroup:
-        """The words of 16 fixed-point values."""
-        return FixedGroup((fixed >> 32).cast[DType.int32](), ((fixed >> 16) & 0xFFFF).cast[DType.int32](),
-                          (fixed & 0xFFFF).cast[DType.int32]())
+    def of(values: SIMD[DType.float32, RESIDUE_GROUP], bits: Int, e: Int) -> FixedGroup:
+        """The words of trunc(value·2^(bits − e)) (fixed_point's values), from the float32 bits in 32-bit words:
+        value = ±m·2^binade, so |v| = m·2^s with s = binade + bits − e ≤ 42 (m·2^s < 2^bits), truncated to m >> −s
+        for s < 0. high = m·2^(s − 27) for s ≥ 27, else m >> (27 − s) (0 for s ≤ 3, m < 2^24); low = (m << s) mod
+        2^27 for s ≥ 0 (a 32-bit shift keeps the low 27 bits; 0 for s ≥ 27), else m >> −s. Each is one left and one
+        right shift, the one not wanted by 0, every shift clamped to [0, 31] (a right shift by 31 leaves 0 of m, as
+        the exact one would), so no select and no shift out of range."""
+        var pattern = bitcast[DType.uint32, RESIDUE_GROUP](values)
+        var magnitude = pattern & 0x7FFFFFFF
+        var field = (magnitude >> 23).cast[DType.int32]()
+        var m = significand(magnitude).cast[DType.int32]()
+        var s = max(field, 1) + Int32(bits - e - 150)  # binade = max(field, 1) − 150
+        var high = (m << max(s - SPLIT, 0)) >> min(max(SPLIT - s, 0), 31)
+        var low = ((m << min(max(s, 0), 31)) & ((1 << SPLIT) - 1)) >> min(max(-s, 0), 31)
+        var sign = bitcast[DType.int32, RESIDUE_GROUP](pattern) >> 31  # 0, or −1 for a negative value
+        return FixedGroup((high ^ sign) - sign, (low ^ sign) - sign)
 
     @always_inline
     def residues[p: Int, dtype: DType = DType.int8](self) -> SIMD[dtype, RESIDUE_GROUP]:
         """The symmetric residues of the values modulo p, −⌊p/2⌋ … ⌈p/2⌉ − 1 (inside int8 for the MODULI, int16 for
-        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 256, and the byte read as int8 is the residue in
-        [−128, 128)). Else, with h = ⌊p/2⌋, v + h ≡ middle·(2^16 mod p) + low + high·(2^32 mod p) + 2^11·p + h
-        (mod p), a value in [0, 2^25) (in [0, 2^29) for p < 2^12), so one 32-bit remainder r = (v + h) mod p gives
-        the residue r − h, the one in [−h, h]."""
+        the WIDE_MODULI). For p = 256, low's low byte (v ≡ low mod 2^27, and the byte read as int8 is the residue in
+        [−128, 128)). Else, with h = ⌊p/2⌋: x = high·(2^27 mod p) + low ≡ v (mod p), |x| < 2^16·p + 2^27; a lift
+        L, a multiple of p and of 2^16 above |x|, makes y = x + L + h lie in [0, 2^30), and with q = ⌊y/p⌋,
+        y − q·p = (v + h) mod p, so x − q·p ≡ r = ((v + h) mod p) − h (mod 2^16), which int8 and int16 keep. q as
+        quotient_below_2_31 finds it, with s = 30 + ⌈log2 p⌉ (y < 2^30, so y·d < 2^s) and m = ⌈2^s/p⌉ < 2^31: one
+        signed 32 × 32-bit multiply-add into 64 bits, x·m + (L + h)·m, and a shift: four operations a value and modulus."""
         comptime if p == 256:
             return self.low.cast[DType.int8]().cast[dtype]()
         comptime half = p // 2
-        comptime lift = (p << 11) + half  # a multiple of p above |high·(2^32 mod p)|, plus h
-        var congruent = self.middle * Int32((1 << 16) % p) + self.low + self.high * Int32((1 << 32) % p) + Int32(lift)
-        var r = remainder_below_2_31[p](congruent.cast[DType.uint32]()).cast[DType.int32]()  # (v + h) mod p
-        return (r - Int32(half)).cast[dtype]()
+        comptime lift = p * (1 << 16) * (1 + ((1 << 11) + p - 1) // p)  # ≥ 2^16·p + 2^27
+        comptime assert 2 * lift + half < (1 << 30), "the lifted value passes 2^30"
+        comptime s = 94 - Int(count_leading_zeros(UInt64(p - 1)))  # 30 + ⌈log2 p⌉
+        comptime m = ((1 << s) + p - 1) // p
+        var x = self.high * Int32((1 << SPLIT) % p) + self.low
+        var q = ((x.cast[DType.int64]() * Int64(m) + Int64((lift + half) * m)) >> Int64(s)).cast[DType.int32]()
+        return (x - q * Int32(p)).cast[dtype]()
 
 
 @always_inline
@@ -442,7 +475,7 @@ def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int
             comptime for j in range(RESIDUE_GROUP):
                 if first + j < length:
                     values[j] = x.unsafe_load((first + j) * step)
-    return FixedGroup.of(fixed_point(values, bits, Int(e)))
+    return FixedGroup.of(values, bits, Int(e))
 
 
 def exact_residues[moduli: Int](task: Int, args: Args):
@@ -470,7 +503,8 @@ comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's re
 comptime TILE_GROUPS = 4  # groups of 16 k of one tile
 comptime TILE_TEAM = TILE_LINES * TILE_GROUPS  # threads a tile
 comptime TILE_ROW = TILE_GROUPS * RESIDUE_GROUP + 16  # bytes of a tile line's residues in the scratch, padded
-comptime TILE_TEAMS_PER_SM = 6  # a budget of 85 registers a thread (the default 2 left it 255, 12 % occupancy)
+comptime TILE_TEAMS_PER_SM = 7  # a budget of 73 registers a thread (the default 2 left it 255, 12 % occupancy); 8
+# would take 64 registers without spills, but 8 tiles' scratch (and the 1 KB a block reserves) pass 228 KB
 
 
 def tile_scratch_floats(moduli: Int) -> Int:
@@ -734,9 +768,10 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
     residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
     reconstruction in the fused kernel (exact_fused_tile; k split into fused_splits(M, N, K, splits) ranges, 0 its
-    own choice); the CPU runs its own residue form either way (wide_residue_product: the same bits). A positive
-    range_length below K (Aᵀ·B only) cuts k into ranges, a product each, combined by the row tree
-    (gemm_exact_ranges_on; the workspace then holds ranged_workspace_bytes)."""
+    own choice) where fused_pays, else the unfused form; the CPU runs its own residue form either way
+    (wide_residue_product: the same bits). A positive range_length below K (Aᵀ·B only) cuts k into ranges, a
+    product each, combined by the row tree (gemm_exact_ranges_on; the workspace then holds
+    ranged_workspace_bytes)."""
     if (range_length if 0 < range_length < K else K) > MAX_K:
         raise Error("gemm_exact: k = ", K, " (in ranges of ", range_length, ") passes the definition's ", MAX_K)
     if 0 < range_length < K:
@@ -771,9 +806,10 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
                            1 if transpose_b else N, bits)
     comptime if HAS_ACCELERATOR:
         comptime if fused:
-            fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
-                                   bits, accumulate, fused_splits(M, N, K, splits))
-            return
+            if fused_pays(M, N, K, splits):
+                fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
+                                       bits, accumulate, fused_splits(M, N, K, splits))
+                return
         plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
@@ -982,6 +1018,14 @@ def fused_splits(M: Int, N: Int, K: Int, requested: Int) -> Int:
                 wanted = splits
     var per_split = (slices + wanted - 1) // wanted
     return (slices + per_split - 1) // per_split
+
+
+def fused_pays(M: Int, N: Int, K: Int, requested: Int) -> Bool:
+    """Whether a fused product asked for with `requested` splits (0: its own choice) runs the fused kernel: always
+    when splits are asked for; else unless the kernel would split k itself (few outputs over a long k: a weight
+    gradient), where cuBLAS's plane products and crt_round, which then has few outputs to reconstruct, take less
+    time (768 × 768 over 65536 on the H200: 1.32 against 1.57 ms with the planes). Either way the same bits."""
+    return requested > 0 or fused_splits(M, N, K, 0) == 1
 
 
 def fused_columns(K: Int, splits: Int) -> Int:

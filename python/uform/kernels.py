@@ -249,8 +249,9 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     the residue form (``True``: on a GPU int8 residue planes, their products on cuBLAS, then the reconstruction;
     on the CPU int16 residue planes and AVX2, the fastest exact form there) and ``residues="fused"``, whose plane
     products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
-    ``splits`` ranges (0: the kernel's own choice; the bits never depend on it); the CPU has no fused kernel and
-    runs its residue form for it."""
+    ``splits`` ranges (0: the kernel's own choice, which leaves to the unfused form the products whose k the kernel
+    would split: gemm_exact.fused_pays; the bits never depend on it); the CPU has no fused kernel and runs its
+    residue form for it."""
     for name, value in (("splits", splits), ("k_range", k_range)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"gemm_exact: {name} must be an int >= 0, got {value!r}")
@@ -267,8 +268,8 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     if k_range and splits:
         raise ValueError("gemm_exact: splits and k_range exclude each other (each k range is a product unsplit)")
     device = _gemm_operands("gemm_exact", c, a, b, m, n, k, transpose_a, transpose_b)
-    if product is _engine.gemm_exact_residues and device.is_gpu:
-        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM
+    if residues and device.is_gpu:
+        load_cublas()  # the residue planes' products run on cuBLAS's int8 GEMM (the fused form's too, at times)
     workspace = _scratch_bytes(device, _engine.gemm_exact_workspace(m, n, k, splits, k_range, device.is_gpu,
                                                                     residues == "fused"))
     _call("gemm_exact", product, device, c.address, a.address, b.address, m, n, k, bool(transpose_a),
