@@ -26,7 +26,7 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
     (37, (5, 13, 8), 19, True),  # no size a multiple of 4: the scalar loads and stores
     (130, (70, 129, 3), 257, False),  # several tiles, partial at every edge
     (40, (24, 8, 16), 5000, True),  # k ≥ 4096: an Aᵀ·B product with small outputs cut into k ranges
-    (260, (512, 520, 600), 512, True),  # shapes the exact GEMM's rule takes: each runs alone, exactly
+    (520, (512, 520, 600), 512, True),  # shapes the exact GEMM's rule takes: each runs alone, exactly
 ])
 def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transpose_b, m, sizes, shared, accumulate):
     """gemm_group, one launch or one product after another, gives the bits of its products launched alone in order
@@ -277,16 +277,16 @@ def test_rmsnorm_takes_its_residual_and_sum_together(device):
     assert (y.numpy() == 7.0).all()
 
 
-@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(256, 256, 512, False, False, False), (300, 257, 600, True, False, True),
-                                              (257, 300, 513, False, True, False)])
+@pytest.mark.parametrize("m,n,k,ta,tb,acc", [(512, 512, 512, False, False, False), (600, 513, 600, True, False, True),
+                                              (513, 600, 513, False, True, False)])
 def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, ta, tb, acc):
     """kernels.gemm gives the exact GEMM's bits (uform.reference.exact_gemm, then C0 added) where the canonical
-    shape rule takes a product (k ≥ 512, m and n ≥ 256), in every layout; one short of the rule it gives the fma
+    shape rule takes a product (k ≥ 512, m and n ≥ 512), in every layout; one short of the rule it gives the fma
     chain's (kernels.gemm_fma), whose roundings differ from the exact sum's."""
     from uform.reference import exact_gemm
 
     assert K.gemm_is_exact(m, n, k)
-    assert not any((K.gemm_is_exact(255, n, k), K.gemm_is_exact(m, 255, k), K.gemm_is_exact(m, n, 511)))
+    assert not any((K.gemm_is_exact(511, n, k), K.gemm_is_exact(m, 511, k), K.gemm_is_exact(m, n, 511)))
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -314,7 +314,7 @@ def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, 
     from uform.reference import exact_gemm
     from uform.training.world import row_tree
 
-    m, n = 260, 300
+    m, n = 520, 600
     rng = np.random.default_rng(k)
     a = (rng.standard_normal((k, m)) * np.exp(rng.standard_normal((k, 1)))).astype(np.float32)  # stored Aᵀ
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -343,23 +343,23 @@ def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, 
 def test_exact_gemm_refuses_k_ranges_it_does_not_define(device):
     """gemm_exact's k_range: an int >= 0, never beside splits, for Aᵀ·B in a residue form; the rule takes a range
     longer than k as k itself, and lengths past the definition's MAX_K to the fma chain; refusals leave C alone."""
-    a, b, c = device.put(np.ones((1024, 256), np.float32)), device.put(np.ones((1024, 256), np.float32)), \
-        device.put(np.full((256, 256), 7.0, np.float32))
+    a, b, c = device.put(np.ones((1024, 512), np.float32)), device.put(np.ones((1024, 512), np.float32)), \
+        device.put(np.full((512, 512), 7.0, np.float32))
     for bad, message in ((True, "k_range must be an int >= 0, got True"), (2.5, "k_range must be an int >= 0"),
                          (-1, "k_range must be an int >= 0, got -1")):
         with pytest.raises(ValueError, match=message):
-            K.gemm_exact(c, a, b, 256, 256, 1024, transpose_a=True, residues=True, k_range=bad)
+            K.gemm_exact(c, a, b, 512, 512, 1024, transpose_a=True, residues=True, k_range=bad)
     with pytest.raises(ValueError, match="splits and k_range exclude each other"):
-        K.gemm_exact(c, a, b, 256, 256, 1024, transpose_a=True, residues="fused", k_range=512, splits=2)
+        K.gemm_exact(c, a, b, 512, 512, 1024, transpose_a=True, residues="fused", k_range=512, splits=2)
     with pytest.raises(ValueError, match="k up to"):
-        K.gemm_exact(c, a, b, 256, 256, K.EXACT_GEMM_MAX_K + 1, transpose_a=True, residues=True,
+        K.gemm_exact(c, a, b, 512, 512, K.EXACT_GEMM_MAX_K + 1, transpose_a=True, residues=True,
                      k_range=K.EXACT_GEMM_MAX_K + 1)
     assert (c.numpy() == 7.0).all()
-    assert not K.gemm_is_exact(256, 256, 300, 512) and K.gemm_is_exact(256, 256, 600, 1024)
-    assert not K.gemm_is_exact(256, 256, K.EXACT_GEMM_MAX_K + 1) and K.gemm_is_exact(256, 256, 4 << 20, 1 << 20)
+    assert not K.gemm_is_exact(512, 512, 300, 512) and K.gemm_is_exact(512, 512, 600, 1024)
+    assert not K.gemm_is_exact(512, 512, K.EXACT_GEMM_MAX_K + 1) and K.gemm_is_exact(512, 512, 4 << 20, 1 << 20)
 
 
-@pytest.mark.parametrize("m,n", [(257, 257), (259, 263)])
+@pytest.mark.parametrize("m,n", [(513, 513), (515, 519)])
 def test_exact_k_ranges_of_an_odd_output_count(device, m, n):
     """k ranges whose partials take a byte count that is no multiple of 16 (m·n odd): the planes after them keep
     their alignment, and the product the reference's bits (rows of 512 run together on a Hopper GPU)."""

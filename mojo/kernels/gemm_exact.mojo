@@ -55,15 +55,16 @@ comptime MAX_K = 1 << 20  # the longest contraction the definition covers
 
 
 comptime EXACT_MIN_K = 512  # the shortest k (or k range) the identical GEMM takes exactly
-comptime EXACT_MIN_SIDE = 256  # the fewest rows, and columns, of a product it takes exactly
+comptime EXACT_MIN_SIDE = 512  # the fewest rows, and columns, of a product it takes exactly
 
 
 def exact_applies(M: Int, N: Int, K: Int, range_length: Int = 0) -> Bool:
     """The identical GEMM's canonical shape rule (docs/numerics.md): an M × N product over K, or over k ranges of
     range_length (L = min(range_length, K), each range a product of its own), is this exact product when
-    512 ≤ L ≤ MAX_K and M, N ≥ 256, and the fma chain of kernels/gemm.mojo otherwise, on every device alike. Below
+    512 ≤ L ≤ MAX_K and M, N ≥ 512, and the fma chain of kernels/gemm.mojo otherwise, on every device alike. Below
     it the exact form's fixed costs lead: per output a reconstruction of about 150 integer operations (as many as
-    768·11 int8 products), per operand value the residues of 11 moduli."""
+    768·11 int8 products), per operand value the residues of 11 moduli, and few tiles to spread them (on the
+    H200 the byte LM's large shape, 8192 × 256 over 512, ran its products exact at half the fma chain's speed)."""
     var L = min(range_length, K) if range_length > 0 else K
     return EXACT_MIN_K <= L <= MAX_K and M >= EXACT_MIN_SIDE and N >= EXACT_MIN_SIDE
 

@@ -201,7 +201,7 @@ def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool = False, k_range: int
 @functools.lru_cache(maxsize=4096)
 def gemm_is_exact(m: int, n: int, k: int, k_range: int = 0) -> bool:
     """Whether the identical GEMM (``gemm``) runs an m×n×k product as the exact GEMM, by the canonical shape rule
-    (k, or the k range's length, at least 512, and m and n at least 256; docs/numerics.md), rather than the fma
+    (k, or the k range's length, from 512 to 2^20, and m and n at least 512; docs/numerics.md), rather than the fma
     chain. The same answer on every device."""
     return bool(_engine.gemm_is_exact(m, n, k, int(k_range)))
 

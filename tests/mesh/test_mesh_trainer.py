@@ -60,15 +60,15 @@ def test_devices_of_one_process_train_to_the_checkpoint_of_one_device(tmp_path, 
 
 
 def test_devices_split_exact_weight_gradients_by_rows(tmp_path):
-    """A model whose weight gradients run the exact GEMM (hidden 256, rows of 512 tokens: each row's exact
+    """A model whose weight gradients run the exact GEMM (hidden 512, rows of 512 tokens: each row's exact
     product, then the row tree): 1 CPU device holding the world's 4 rows and 2 holding 2 each write the same
     checkpoint file after 3 steps."""
     from uform import kernels as K
 
-    assert K.gemm_is_exact(256, 256, 2 * 512, 512)
+    assert K.gemm_is_exact(512, 512, 2 * 512, 512)
     files = []
     for count in (1, 2):
-        run = trainer(uform.Executor.for_ram(device_count=count), hidden=256, rows=4, columns=512)
+        run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=4, columns=512)
         with K.profile() as products:
             train(run, 0, 1, range(3))
         assert "gemm_at_exact_rows" in products
