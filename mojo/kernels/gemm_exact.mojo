@@ -1046,9 +1046,7 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
                 comptime of_a = copy < FUSED_ROWS // 32
                 comptime index = copy if of_a else copy - FUSED_ROWS // 32
                 var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
-                var first = self.a_first + self.modulus * self.a_plane_bytes if of_a else (
-                    self.b_first + self.modulus * self.b_plane_bytes
-                )
+                var first = self.a_first if of_a else self.b_first
                 var source = GlobalBytes(unsafe_from_address=first + 32 * index * self.line + self.k)
                 async_copy[16, fill=Int8(0)](
                     source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
@@ -1057,7 +1055,9 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
             if self.k >= self.k_end:
                 self.k = self.k_begin
                 self.modulus += 1
-            self.slot = (self.slot + 1) % FusedTile[Self.columns].slots
+                self.a_first += self.a_plane_bytes
+                self.b_first += self.b_plane_bytes
+            self.slot = 0 if self.slot + 1 == FusedTile[Self.columns].slots else self.slot + 1
         async_copy_commit_group()
 
 
@@ -1168,7 +1168,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
             sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
             k += FUSED_K
-            slot = (slot + 1) % tile.slots
+            slot = 0 if slot + 1 == tile.slots else slot + 1
         wgmma_wait_group_sync[0]()
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
