@@ -1090,20 +1090,19 @@ def multiply_stage[columns: Int](
 
 
 @always_inline
-def fold_sums[p: Int, columns: Int](
-    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], first_chunk: Bool, tid: Int
+def fold_sums[p: Int, columns: Int, first_chunk: Bool](
+    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], tid: Int
 ):
-    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p), stored a byte an output:
-    sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's 32 lanes store 128 contiguous bytes. One
-    remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum (mod p) and lies in [0, 2^31 − 256) for
-    |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so adding a residue so far keeps it below
-    2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
+    """The thread's residues modulo p so far (none for the `first_chunk`, which reads nothing) plus its chunk sums,
+    each reduced to [0, p), stored a byte an output: sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's
+    32 lanes store 128 contiguous bytes. One remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum
+    (mod p) and lies in [0, 2^31 − 256) for |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so
+    adding a residue so far keeps it below 2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
     comptime bias = UInt32(p * (((1 << 30) + p - 1) // p)) if p < 256 else UInt32(0)
     comptime for w in range(FusedTile[columns].words):
-        var so_far = SIMD[DType.uint8, 4](0) if first_chunk else bitcast[DType.uint8, 4](
-            words.unsafe_load(w * FUSED_TEAM + tid)
-        )
-        var total = sums.slice[4, offset=4 * w]() + bias + so_far.cast[DType.uint32]()
+        var total = sums.slice[4, offset=4 * w]() + bias
+        comptime if not first_chunk:
+            total += bitcast[DType.uint8, 4](words.unsafe_load(w * FUSED_TEAM + tid)).cast[DType.uint32]()
         var residues: SIMD[DType.uint32, 4]
         comptime if p == 256:
             residues = total & 0xFF
@@ -1173,7 +1172,10 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                fold_sums[MODULI[j], columns](words, sums, chunk_begin == k_begin, tid)
+                if chunk_begin == k_begin:
+                    fold_sums[MODULI[j], columns, True](words, sums, tid)
+                else:
+                    fold_sums[MODULI[j], columns, False](words, sums, tid)
         if k >= k_end:
             k = k_begin
             i += 1
