@@ -1099,9 +1099,7 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
                 comptime of_a = copy < FUSED_ROWS // 32
                 comptime index = copy if of_a else copy - FUSED_ROWS // 32
                 var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
-                var first = self.a_first + self.modulus * self.a_plane_bytes if of_a else (
-                    self.b_first + self.modulus * self.b_plane_bytes
-                )
+                var first = self.a_first if of_a else self.b_first
                 var source = GlobalBytes(unsafe_from_address=first + 32 * index * self.line + self.k)
                 async_copy[16, fill=Int8(0)](
                     source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
@@ -1110,7 +1108,9 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
             if self.k >= self.k_end:
                 self.k = self.k_begin
                 self.modulus += 1
-            self.slot = (self.slot + 1) % FusedTile[Self.columns].slots
+                self.a_first += self.a_plane_bytes
+                self.b_first += self.b_plane_bytes
+            self.slot = 0 if self.slot + 1 == FusedTile[Self.columns].slots else self.slot + 1
         async_copy_commit_group()
 
 
@@ -1143,20 +1143,19 @@ def multiply_stage[columns: Int](
 
 
 @always_inline
-def fold_sums[p: Int, columns: Int](
-    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], first_chunk: Bool, tid: Int
+def fold_sums[p: Int, columns: Int, first_chunk: Bool](
+    words: U32Ptr, sums: SIMD[DType.uint32, FusedTile[columns].sums], tid: Int
 ):
-    """The thread's residues modulo p so far plus its chunk sums, each reduced to [0, p), stored a byte an output:
-    sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's 32 lanes store 128 contiguous bytes. One
-    remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum (mod p) and lies in [0, 2^31 − 256) for
-    |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so adding a residue so far keeps it below
-    2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
+    """The thread's residues modulo p so far (none for the `first_chunk`, which reads nothing) plus its chunk sums,
+    each reduced to [0, p), stored a byte an output: sums 4w … 4w + 3 in word w, at w·256 + tid, so that a warp's
+    32 lanes store 128 contiguous bytes. One remainder a sum (p < 256): sum + B with B = p·⌈2^30/p⌉ is ≡ sum
+    (mod p) and lies in [0, 2^31 − 256) for |sum| < 127²·2^16 (a chunk of symmetric residues within ±127), so
+    adding a residue so far keeps it below 2^31 (remainder_below_2_31); p = 256 keeps the low byte."""
     comptime bias = UInt32(p * (((1 << 30) + p - 1) // p)) if p < 256 else UInt32(0)
     comptime for w in range(FusedTile[columns].words):
-        var so_far = SIMD[DType.uint8, 4](0) if first_chunk else bitcast[DType.uint8, 4](
-            words.unsafe_load(w * FUSED_TEAM + tid)
-        )
-        var total = sums.slice[4, offset=4 * w]() + bias + so_far.cast[DType.uint32]()
+        var total = sums.slice[4, offset=4 * w]() + bias
+        comptime if not first_chunk:
+            total += bitcast[DType.uint8, 4](words.unsafe_load(w * FUSED_TEAM + tid)).cast[DType.uint32]()
         var residues: SIMD[DType.uint32, 4]
         comptime if p == 256:
             residues = total & 0xFF
@@ -1222,12 +1221,15 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
             sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
             k += FUSED_K
-            slot = (slot + 1) % tile.slots
+            slot = 0 if slot + 1 == tile.slots else slot + 1
         wgmma_wait_group_sync[0]()
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                fold_sums[MODULI[j], columns](words, sums, chunk_begin == k_begin, tid)
+                if chunk_begin == k_begin:
+                    fold_sums[MODULI[j], columns, True](words, sums, tid)
+                else:
+                    fold_sums[MODULI[j], columns, False](words, sums, tid)
         if k >= k_end:
             k = k_begin
             i += 1
