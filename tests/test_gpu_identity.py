@@ -116,17 +116,25 @@ def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, tran
     the scalar paths, with and without C0 and k ranges: the CPU's bits."""
     if tile != "auto":
         monkeypatch.setenv("UFORM_GEMM_TILE", tile)
+    assert same_bits(*products_on_both(K.gemm_fma, m, n, k, transpose_a, transpose_b, accumulate=accumulate))
+
+
+def products_on_both(product, m: int, n: int, k: int, transpose_a: bool, transpose_b: bool, scaled_rows=False,
+                     **options) -> list[np.ndarray]:
+    """C = C0 (+)= op(A)·op(B) by `product` (a kernels GEMM) on the CPU and on the GPU, from one draw of random
+    operands (A's rows scaled by e^N(0, 1) where scaled_rows): the two results."""
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    if scaled_rows:
+        a *= np.exp(rng.standard_normal((k, 1) if transpose_a else (m, 1))).astype(np.float32)
     b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
     c0 = rng.standard_normal((m, n)).astype(np.float32)
     results = []
     for device in (uform.Device.cpu(), uform.Device.gpu(0)):
         c = device.put(c0)
-        K.gemm_fma(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
-                   accumulate=accumulate)
+        product(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b, **options)
         results.append(c.numpy())
-    assert same_bits(*results)
+    return results
 
 
 @pytest.mark.parametrize("m,n,k,transpose_a", [(8192, 8192, 8192, False), (65536, 768, 768, False),
@@ -161,18 +169,8 @@ def test_identical_gemm_through_the_exact_gemm_bits_match_cpu(m, n, k, k_range, 
     gradients by packed rows: the rows' products in one fused launch for rows of whole 128-token stages, else one
     product a row) gives the CPU's residue form's bits."""
     assert K.gemm_is_exact(m, n, k, k_range)
-    rng = np.random.default_rng(m + n + k)
-    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
-    a *= np.exp(rng.standard_normal((k, 1) if transpose_a else (m, 1))).astype(np.float32)
-    b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
-    c0 = rng.standard_normal((m, n)).astype(np.float32)
-    results = []
-    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
-        c = device.put(c0)
-        K.gemm(c, device.put(a), device.put(b), m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
-               accumulate=True, k_range=k_range)
-        results.append(c.numpy())
-    assert same_bits(*results)
+    assert same_bits(*products_on_both(K.gemm, m, n, k, transpose_a, transpose_b, scaled_rows=True, accumulate=True,
+                                       k_range=k_range))
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb,acc", [(1, 1, 1, False, False, False), (130, 257, 100, False, False, True),
