@@ -55,6 +55,25 @@ def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transp
         assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
 
 
+def test_gemm_group_refuses_bad_groups_before_any_product(device):
+    """A group's refusals name what was wrong and leave every C as it was, also where its products would run one
+    by one (the exact GEMM's shapes): a wrong-sized operand in the last product stops the first one too."""
+    m, k = 520, 512
+    a = device.put(np.ones((m, k), np.float32))
+    b, short = device.put(np.ones((k, 512), np.float32)), device.put(np.ones((k, 100), np.float32))
+    cs = [device.put(np.full((m, 512), 7.0, np.float32)) for _ in range(2)]
+    assert K.gemm_is_exact(m, 512, k)
+    with pytest.raises(ValueError, match=r"B must hold 262144 values, holds 51200 \(shape \(512, 100\)\)"):
+        K.gemm_group(cs, [a, a], [b, short], m, [512, 512], [k, k])
+    with pytest.raises(ValueError, match="takes 1 to 3 products"):
+        K.gemm_group(cs * 2, [a] * 4, [b] * 4, m, [512] * 4, [k] * 4)
+    with pytest.raises(ValueError, match="summed products share their C and n"):
+        K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, k], summed=True)
+    with pytest.raises(ValueError, match="products apart share k"):
+        K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, 256])
+    assert all((c.numpy() == 7.0).all() for c in cs)
+
+
 ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
 
 

@@ -357,11 +357,6 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         raise ValueError("gemm_group: products apart share k")
     if k_range < 0 or (k_range and not transpose_a):
         raise ValueError(f"gemm_group: k_range must be 0, or positive for Aᵀ·B products, got {k_range}")
-    if any(gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)):  # the exact GEMM's products run alone
-        for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
-            gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
-                 accumulate=accumulate or (summed and t > 0), k_range=k_range)
-        return
     device, partial_sums = None, 0  # the largest workspace a product cut into k ranges needs
     for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
         on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
@@ -370,6 +365,11 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         device = on
         chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
         partial_sums = max(partial_sums, chunks * m * n if chunks > 1 else 0)
+    if any(gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)):  # the exact GEMM's products run alone
+        for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
+            gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+                 accumulate=accumulate or (summed and t > 0), k_range=k_range)
+        return
     partials = device.scratch(partial_sums).address if partial_sums else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
