@@ -252,6 +252,10 @@ def product_group(
         raise Error("gemm_group: 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
     var args = Args.empty()
     for t in range(terms):
+        var n = Int(py=x[t]) if not Bool(py=summed) else Int(py=N)
+        var k = Int(py=x[t]) if Bool(py=summed) else Int(py=K)
+        if gemm_exact.exact_applies(Int(py=M), n, k, Int(py=range_length)):
+            raise Error("gemm_group: a ", Int(py=M), "×", n, "×", k, " product is the exact GEMM's (gemm runs it)")
         args.addresses[t] = Int64(Int(py=c[t]))
         args.addresses[gemm.GROUP_TERMS + t] = Int64(Int(py=a[t]))
         args.addresses[2 * gemm.GROUP_TERMS + t] = Int64(Int(py=b[t]))

@@ -71,7 +71,12 @@ def test_gemm_group_refuses_bad_groups_before_any_product(device):
         K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, k], summed=True)
     with pytest.raises(ValueError, match="products apart share k"):
         K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, 256])
-    assert all((c.numpy() == 7.0).all() for c in cs)
+    with pytest.raises(ValueError, match="each C must be a buffer of its own"):
+        K.gemm_group([cs[0], cs[0]], [a, a], [b, b], m, [512, 512], [k, k])  # one C twice
+    square = device.put(np.full((8, 8), 7.0, np.float32))
+    with pytest.raises(ValueError, match="apart from every A and B"):
+        K.gemm_group([square], [square], [device.put(np.ones((8, 8), np.float32))], 8, [8], [8])  # C read as A
+    assert all((c.numpy() == 7.0).all() for c in (*cs, square))
 
 
 ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]
@@ -90,6 +95,15 @@ def test_attention_by_rows_gives_the_teams_bits(device, monkeypatch, name, case,
         rows = outputs["rows"][output_name][0]
         differing = int(np.count_nonzero(teams.view(np.uint32) != rows.view(np.uint32)))
         assert differing == 0, f"{name}/{output_name}: {differing} of {teams.size} values differ"
+
+
+def test_an_unknown_attention_form_is_refused(device, monkeypatch):
+    """UFORM_ATTENTION other than rows or teams is refused, naming it, before any launch."""
+    monkeypatch.setenv("UFORM_ATTENTION", "row")
+    rng = np.random.default_rng(1)
+    q, k, v, d_out = attention_inputs(rng, 8, 2, 1, 16)
+    with pytest.raises(ValueError, match="UFORM_ATTENTION must be rows or teams \\(or unset\\), got 'row'"):
+        run_attention(device, q, k, v, d_out, K.attention_spans(8, 8), 2, 1, 16, False)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -430,8 +430,9 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
         value = ±m·2^binade, so |v| = m·2^s with s = binade + bits − e ≤ 42 (m·2^s < 2^bits), truncated to m >> −s
         for s < 0. high = m·2^(s − 27) for s ≥ 27, else m >> (27 − s) (0 for s ≤ 3, m < 2^24); low = (m << s) mod
         2^27 for s ≥ 0 (a 32-bit shift keeps the low 27 bits; 0 for s ≥ 27), else m >> −s. Each is one left and one
-        right shift, the one not wanted by 0, every shift clamped to [0, 31] (a right shift by 31 leaves 0 of m, as
-        the exact one would), so no select and no shift out of range."""
+        right shift, the one not wanted by 0, each right shift clamped to [0, 31] (a right shift by 31 leaves 0 of m,
+        as the exact one would) and high's left shift at most 15 (s ≤ 42), so no select and no shift out of
+        range."""
         var pattern = bitcast[DType.uint32, RESIDUE_GROUP](values)
         var magnitude = pattern & 0x7FFFFFFF
         var field = (magnitude >> 23).cast[DType.int32]()
@@ -1389,10 +1390,12 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
     else:
         for r in range(ranges):
             var first = r * range_length
-            # a(m, k) at k·M + m and b(k, n) at k·N + n: range r's operands start at row `first`
+            var length = min(range_length, K - first)
+            # a(m, k) at k·M + m and b(k, n) at k·N + n: range r's operands start at row `first`; the fused form
+            # at its own split (never fused_pays' cuBLAS, which a recorded device graph cannot hold)
             gemm_exact_residues_on[True, False, fused](dev, f32_at(partials + 4 * r * M * N),
                                                        a.unsafe_offset(first * M), b.unsafe_offset(first * N), M, N,
-                                                       min(range_length, K - first), False, rest)
+                                                       length, False, rest, fused_splits(M, N, length, 0))
     var args = Args.empty()  # TREE_SUM
     args.addresses[0] = Int64(Int(c))
     args.addresses[1] = Int64(partials)

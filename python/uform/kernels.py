@@ -365,6 +365,10 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         device = on
         chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
         partial_sums = max(partial_sums, chunks * m * n if chunks > 1 else 0)
+    inputs = {buffer.address for buffer in (*as_, *bs)}
+    if any(c.address in inputs for c in cs) or (not summed and len({c.address for c in cs}) != terms):
+        raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
+                         "of one launch run at once)")
     if any(gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)):  # the exact GEMM's products run alone
         for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
             gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
@@ -550,7 +554,9 @@ def _attention_form(fast: bool, device, tokens: int, heads: int, head_dim: int) 
     if fast and device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS:
         return "fast"
     forced = os.environ.get("UFORM_ATTENTION")
-    if forced in ("rows", "teams"):
+    if forced is not None and forced not in ("rows", "teams"):
+        raise ValueError(f"UFORM_ATTENTION must be rows or teams (or unset), got {forced!r}")
+    if forced:
         return forced
     small = -(-tokens // ATTENTION_TILE) * heads < ATTENTION_ROWS_MAX_TEAMS
     return "rows" if device.is_gpu and small else "teams"
