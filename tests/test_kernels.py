@@ -299,6 +299,38 @@ def test_exact_gemm_converts_values_of_every_scale(device, k, ta, tb):
         assert np.array_equal(c.numpy().view(np.uint32), expected), residues
 
 
+@pytest.mark.parametrize("k,ta,tb,side", [(2, False, False, "a"), (33, True, False, "a"), (300, False, True, "a"),
+                                         (300, False, False, "b"), (129, True, False, "b"), (77, False, True, "b"),
+                                         (70000, True, False, "a"), (70000, False, True, "b")])
+def test_exact_gemm_converts_each_value_alone(device, k, ta, tb, side):
+    """Each output one value's fixed point, so that no rounding of a sum can hide a wrong low bit: a line holds its
+    largest magnitude (random bits, or an edge: the smallest subnormals, the largest subnormal, the smallest and
+    largest normals, 1) then values of random bits below it, both signs; the other operand picks one value for each
+    output (0s and one 1). Lines of A (side "a") or columns of B ("b"), every layout, k past 2^16 (12 moduli),
+    every form against the definition."""
+    from uform.reference import exact_gemm
+
+    rng = np.random.default_rng(k + 4 * ta + 2 * tb + (side == "b"))
+    lines, picked = 40, min(k - 1, 48)
+    largest = rng.integers(1, 0x7F7FFFFF, lines).astype(np.uint32)
+    largest[:8] = [1, 2, 0x7FFFFF, 0x800000, 0x7F7FFFFF, 0x3F800000, 0x00400000, 0x0C000000]
+    below = np.minimum((rng.random((lines, k - 1)) * (largest[:, None] + 1.0)).astype(np.uint32), largest[:, None])
+    signs = rng.integers(0, 2, (lines, k)).astype(np.uint32) << 31
+    values = (np.concatenate([largest[:, None], below], 1) | signs).view(np.float32)
+    pick = np.zeros((k, picked), np.float32)
+    pick[rng.choice(np.arange(1, k), picked, replace=False), np.arange(picked)] = 1.0
+    a, b = (values, pick) if side == "a" else (pick.T.copy(), values.T.copy())
+    m, n = a.shape[0], b.shape[1]
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    stored_a = np.ascontiguousarray(a.T) if ta else a
+    stored_b = np.ascontiguousarray(b.T) if tb else b
+    for residues in (False, True, "fused"):
+        c = device.empty((m, n))
+        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
+                     residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
 def test_rmsnorm_takes_its_residual_and_sum_together(device):
     """The norm with its residual add needs both the residual and the buffer h that keeps the sum; one alone is
     refused before any launch, the output untouched."""
