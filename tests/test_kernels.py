@@ -179,6 +179,23 @@ def test_exact_gemm_through_residues_gives_the_limbs_bits(device, m, n, k, ta, t
     assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], results[2])
 
 
+def assert_every_exact_form_is_the_definition(device, a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
+                                              transpose_b: bool = False) -> None:
+    """Each form of kernels.gemm_exact (limbs, residues, fused) gives uform.reference.exact_gemm's bits for op(A)·op(B)
+    = a·b, with A and B stored transposed where asked."""
+    from uform.reference import exact_gemm
+
+    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
+    stored_a = device.put(np.ascontiguousarray(a.T) if transpose_a else a)
+    stored_b = device.put(np.ascontiguousarray(b.T) if transpose_b else b)
+    (m, k), n = a.shape, b.shape[1]
+    for residues in (False, True, "fused"):
+        c = device.empty((m, n))
+        K.gemm_exact(c, stored_a, stored_b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
+                     residues=residues)
+        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+
+
 @pytest.mark.parametrize("k", [2, 96])
 def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
     """Every form of the exact GEMM gives the definition's bits where the rounding is delicate: outputs from
@@ -201,10 +218,7 @@ def test_exact_gemm_rounds_the_edges_as_its_definition(device, k):
     a[6, 0], b[0, 4], b[1, 4] = 1.0, 0.0, 1.0  # each line's largest is 1, the products' sum about 2^-30
     expected = exact_gemm.exact_gemm(a, b)
     assert np.isinf(expected).any() and (np.abs(expected[expected != 0]) < 2.0**-126).any()
-    for residues in (False, True, "fused"):
-        c = device.empty((m, n))
-        K.gemm_exact(c, device.put(a), device.put(b), m, n, k, residues=residues)
-        assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32)), residues
+    assert_every_exact_form_is_the_definition(device, a, b)
 
 
 @pytest.mark.parametrize("m,n,k,ta", [(33, 20, 700, False), (150, 300, 5000, True), (9, 130, 70000, False)])
@@ -231,17 +245,11 @@ def test_exact_gemm_residues_at_the_largest_sums(device, k):
     """Every form gives the definition's bits where |Σ A'·B'| comes nearest its bound K·2^(2b): every value the
     largest below 1 (so A' = B' = 2^b − 2^(b−24) throughout), rows and columns of one sign, of the other, and
     alternating; k across the CPU's blocks of 256 and past one GPU chunk."""
-    from uform.reference import exact_gemm
-
     top = np.float32(np.nextafter(np.float32(1), np.float32(0)))
     signs = np.stack([np.ones(k), -np.ones(k), (-1.0) ** np.arange(k)])
     a = (top * signs).astype(np.float32)
     b = (top * signs.T).astype(np.float32)
-    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
-    for residues in (False, True, "fused"):
-        c = device.empty((3, 3))
-        K.gemm_exact(c, device.put(a), device.put(b), 3, 3, k, residues=residues)
-        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+    assert_every_exact_form_is_the_definition(device, a, b)
 
 
 @pytest.mark.parametrize("k", [2, 300])
@@ -262,10 +270,7 @@ def test_exact_gemm_rounds_at_the_edges(device, k):
     b = np.tile(np.array(columns, np.float32), (k, 1))
     expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
     assert np.isinf(expected.view(np.float32)).any() and (expected == 0x80000000).any()  # the edges are reached
-    for residues in (False, True, "fused"):
-        c = device.empty(expected.shape)
-        K.gemm_exact(c, device.put(a), device.put(b), len(rows), len(columns), k, residues=residues)
-        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+    assert_every_exact_form_is_the_definition(device, a, b)
 
 
 @pytest.mark.parametrize("k,ta,tb", [(1, False, False), (300, False, False), (300, True, False), (300, False, True),
@@ -276,8 +281,6 @@ def test_exact_gemm_converts_values_of_every_scale(device, k, ta, tb):
     from the subnormals to near the largest finite, signs at random, so that the residues see values shifted left
     by up to 42 bits (a line of subnormals), right past 31 bits (truncated to nothing) and everything between;
     contiguous and transposed lines alike."""
-    from uform.reference import exact_gemm
-
     rng = np.random.default_rng(k + 2 * ta + tb)
     m, n = 24, 20
 
@@ -288,15 +291,7 @@ def test_exact_gemm_converts_values_of_every_scale(device, k, ta, tb):
         signs = rng.choice([-1.0, 1.0], (lines, length))
         return (signs * np.ldexp(1 + rng.random((lines, length)), binades)).astype(np.float32)
 
-    a, b = operand(m, k), operand(n, k).T
-    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
-    stored_a = np.ascontiguousarray(a.T) if ta else a
-    stored_b = np.ascontiguousarray(b.T) if tb else b
-    for residues in (False, True, "fused"):
-        c = device.empty((m, n))
-        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
-                     residues=residues)
-        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+    assert_every_exact_form_is_the_definition(device, operand(m, k), operand(n, k).T, ta, tb)
 
 
 @pytest.mark.parametrize("k,ta,tb,side", [(2, False, False, "a"), (33, True, False, "a"), (300, False, True, "a"),
@@ -308,8 +303,6 @@ def test_exact_gemm_converts_each_value_alone(device, k, ta, tb, side):
     largest normals, 1) then values of random bits below it, both signs; the other operand picks one value for each
     output (0s and one 1). Lines of A (side "a") or columns of B ("b"), every layout, k past 2^16 (12 moduli),
     every form against the definition."""
-    from uform.reference import exact_gemm
-
     rng = np.random.default_rng(k + 4 * ta + 2 * tb + (side == "b"))
     lines, picked = 40, min(k - 1, 48)
     largest = rng.integers(1, 0x7F7FFFFF, lines).astype(np.uint32)
@@ -320,15 +313,7 @@ def test_exact_gemm_converts_each_value_alone(device, k, ta, tb, side):
     pick = np.zeros((k, picked), np.float32)
     pick[rng.choice(np.arange(1, k), picked, replace=False), np.arange(picked)] = 1.0
     a, b = (values, pick) if side == "a" else (pick.T.copy(), values.T.copy())
-    m, n = a.shape[0], b.shape[1]
-    expected = exact_gemm.exact_gemm(a, b).view(np.uint32)
-    stored_a = np.ascontiguousarray(a.T) if ta else a
-    stored_b = np.ascontiguousarray(b.T) if tb else b
-    for residues in (False, True, "fused"):
-        c = device.empty((m, n))
-        K.gemm_exact(c, device.put(stored_a), device.put(stored_b), m, n, k, transpose_a=ta, transpose_b=tb,
-                     residues=residues)
-        assert np.array_equal(c.numpy().view(np.uint32), expected), residues
+    assert_every_exact_form_is_the_definition(device, a, b, ta, tb)
 
 
 def test_rmsnorm_takes_its_residual_and_sum_together(device):
