@@ -1260,20 +1260,61 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var a_exponents = args.i32(3).unsafe_offset(product * M)
     var b_exponents = args.i32(4).unsafe_offset(product * N)
     var c = args.f32(0).unsafe_offset(product * M * N)
+    # The loads of the next word's residues and column exponents are issued before this word's reconstruction, so
+    # that their latency (the workspace is in L2) overlaps its arithmetic; the rows' exponents are the thread's
+    # two rows' throughout.
+    var e = SIMD[DType.int32, 2](0)
+    comptime for half in range(2):
+        if row + 8 * half < M:
+            e[half] = a_exponents.unsafe_load(row + 8 * half)
+    var first_block = Int(args.addresses[5]) + (product * tiles + tile_index) * moduli * tile.outputs
+    var words = residue_words[moduli, columns](first_block, 0, tid)
+    var f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
     for w in range(tile.words):
         var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
-        for split in range(product, product + splits):
+        add_residue_bytes[moduli](residues, words)
+        for split in range(product + 1, product + splits):
             var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
-            comptime for i in range(moduli):
-                var bytes = U32Ptr(unsafe_from_address=block + i * tile.outputs).unsafe_load(w * FUSED_TEAM + tid)
-                comptime for j in range(4):
-                    residues[16 * j + i] += (bytes >> UInt32(8 * j)) & 0xFF
+            add_residue_bytes[moduli](residues, residue_words[moduli, columns](block, w, tid))
+        var columns_f = f
+        if w + 1 < tile.words:
+            words = residue_words[moduli, columns](first_block, w + 1, tid)
+            f = column_exponents(b_exponents, column0 + 8 * (w + 1) + 2 * (lane % 4), N)
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
             if m < M and n < N:
-                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](),
-                                  a_exponents.unsafe_load(m), b_exponents.unsafe_load(n), args.size(3), args.flag(4))
+                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](), e[j // 2], columns_f[j % 2],
+                                  args.size(3), args.flag(4))
+
+
+@always_inline
+def residue_words[moduli: Int, columns: Int](block: Int, w: Int, tid: Int) -> SIMD[DType.uint32, 16]:
+    """Word w of the thread's residues modulo each modulus (fold_sums' layout: modulus i's at i·outputs), in the
+    workspace of one tile and split at `block`: lane i holds the residues of the thread's four outputs 4w … 4w + 3
+    modulo MODULI[i], a byte each."""
+    var words = SIMD[DType.uint32, 16](0)
+    comptime for i in range(moduli):
+        words[i] = U32Ptr(unsafe_from_address=block + i * FusedTile[columns].outputs).unsafe_load(w * FUSED_TEAM + tid)
+    return words
+
+
+@always_inline
+def add_residue_bytes[moduli: Int](mut residues: SIMD[DType.uint32, 64], words: SIMD[DType.uint32, 16]):
+    """residues[16·j + i] += byte j of words[i]: the residues of four outputs (residue_words), one split's."""
+    comptime for i in range(moduli):
+        comptime for j in range(4):
+            residues[16 * j + i] += (words[i] >> UInt32(8 * j)) & 0xFF
+
+
+@always_inline
+def column_exponents(b_exponents: I32Ptr, n: Int, N: Int) -> SIMD[DType.int32, 2]:
+    """The exponents of columns n and n + 1 (0 past the last column, whose outputs are not stored)."""
+    var f = SIMD[DType.int32, 2](0)
+    comptime for half in range(2):
+        if n + half < N:
+            f[half] = b_exponents.unsafe_load(n + half)
+    return f
 
 
 @always_inline
