@@ -968,8 +968,13 @@ struct FusedTile[columns: Int]:
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
     comptime slots = 4 if Self.columns == 256 else 3  # stages in the ring: 192 KB, or 96 KB a block
-    comptime ahead = Self.slots - 2  # stages copied ahead (2 or 1): a slot is refilled two stages after its
-    # products started, once the warpgroups have waited for them (the products of one stage overlap the next's wait)
+    # Two ways to refill the ring (the products of one stage overlap the next's wait either way). Narrow tiles refill
+    # late: the slot of the stage before, once every warpgroup has waited for its products (a second barrier a
+    # stage), so that 2 stages are in flight; wide ones refill the slot of the stage two before, right after the
+    # stage's barrier (2 in flight; refilling late there lost 7 % at 8192³ on the H200, and won 8–9 % at the
+    # encoder's shapes on narrow tiles).
+    comptime refill_late = Self.columns == 128
+    comptime ahead = Self.slots - 1 if Self.refill_late else Self.slots - 2  # stages copied ahead: 2
     comptime shared_bytes = Self.slots * Self.stage_bytes
     comptime blocks_per_sm = 1 if Self.columns == 256 else 2
     comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
@@ -1179,7 +1184,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
 
     The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
-    copied tile.ahead stages ahead of its products (2 for 256 columns, 1 for 128), which run while the next stage
+    copied tile.ahead (2) stages ahead of its products (FusedTile.refill_late), which run while the next stage
     is awaited. Warpgroup g sums
     a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k
     as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
@@ -1215,12 +1220,16 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
         var chunk_end = min(k_end, k + RESIDUE_CHUNK)
         var sums = SIMD[DType.uint32, tile.sums](0)
         while k < chunk_end:
-            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next one's may not)
+            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next ones' may not)
             fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
-            barrier()  # every thread's copies landed; every warpgroup done with the products of the slot refilled
-            copies.start_next[moduli](shared)
+            barrier()  # every thread's copies of this stage landed (and, refilling early, the slot refilled is free)
+            comptime if not tile.refill_late:
+                copies.start_next[moduli](shared)
             sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
+            comptime if tile.refill_late:
+                barrier()  # every warpgroup done with the stage before, whose slot the next copies refill
+                copies.start_next[moduli](shared)
             k += FUSED_K
             slot = 0 if slot + 1 == tile.slots else slot + 1
         wgmma_wait_group_sync[0]()
