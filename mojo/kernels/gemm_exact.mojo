@@ -967,14 +967,14 @@ struct FusedTile[columns: Int]:
 
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
-    comptime slots = 4 if Self.columns == 256 else 3  # stages in the ring: 192 KB, or 96 KB a block
-    # Two ways to refill the ring (the products of one stage overlap the next's wait either way). Narrow tiles refill
+    # Stages are copied `ahead` of their products, which run while the next stage is awaited. Narrow tiles refill
     # late: the slot of the stage before, once every warpgroup has waited for its products (a second barrier a
-    # stage), so that 2 stages are in flight; wide ones refill the slot of the stage two before, right after the
-    # stage's barrier (2 in flight; refilling late there lost 7 % at 8192³ on the H200, and won 8–9 % at the
-    # encoder's shapes on narrow tiles).
+    # stage), so their ring holds ahead + 1 stages. Wide tiles refill the slot of the stage two before, right after
+    # the stage's barrier, so theirs holds ahead + 2. On the H200 refilling late won 8–9 % at the encoder's shapes on
+    # narrow tiles; on wide tiles (with 3 ahead) it lost 7 % at 8192³.
     comptime refill_late = Self.columns == 128
-    comptime ahead = Self.slots - 1 if Self.refill_late else Self.slots - 2  # stages copied ahead: 2
+    comptime ahead = 2
+    comptime slots = Self.ahead + (1 if Self.refill_late else 2)  # stages in the ring: 96 KB a block, or 192 KB
     comptime shared_bytes = Self.slots * Self.stage_bytes
     comptime blocks_per_sm = 1 if Self.columns == 256 else 2
     comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
@@ -1184,14 +1184,14 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
 
     The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
-    copied tile.ahead (2) stages ahead of its products (FusedTile.refill_late), which run while the next stage
-    is awaited. Warpgroup g sums
-    a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32, exact), in chunks of RESIDUE_CHUNK k
-    as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16 products of magnitude ≤ 2^14 (symmetric
-    residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in any order, overflows. After each
-    chunk a thread folds its sums modulo p_i into its bytes of the workspace (fold_sums; written and read back
-    only by the thread that owns them). A thread's sum j is wgmma's accumulator fragment: row
-    16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column 8·(j ÷ 4) + 2·(lane mod 4) + j mod 2.
+    copied tile.ahead stages ahead of its products, which run while the next stage is awaited (FusedTile says when
+    a slot is refilled). Warpgroup g sums a_i[m, k]·b_i[n, k] over its 64 rows × `columns` (int8 × int8 → int32,
+    exact), in chunks of RESIDUE_CHUNK k as plane_products_on_tensor_cores does: a chunk's sum is at most 2^16
+    products of magnitude ≤ 2^14 (symmetric residues of at least −128), so |sum| ≤ 2^30 and no int32 partial sum, in
+    any order, overflows. After each chunk a thread folds its sums modulo p_i into its bytes of the workspace
+    (fold_sums; written and read back only by the thread that owns them). A thread's sum j is wgmma's accumulator
+    fragment: row 16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column 8·(j ÷ 4) + 2·(lane mod 4) +
+    j mod 2.
     Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
     (crt_store stores NaN there)."""
     var M = args.size(0)
@@ -1207,7 +1207,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     var tid = Int(thread_idx.x)
     var warpgroup = tid // 128
     var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
-    var residues = Int(args.addresses[5]) + task * moduli * tile.outputs
+    var residues = residue_block[moduli, columns](args, task)
     var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line,
                                        line, M - row0, N - column0, M, N, k_begin, k_end, tid)
     comptime for _ in range(tile.ahead):
@@ -1269,51 +1269,57 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var a_exponents = args.i32(3).unsafe_offset(product * M)
     var b_exponents = args.i32(4).unsafe_offset(product * N)
     var c = args.f32(0).unsafe_offset(product * M * N)
-    # The loads of the next word's residues and column exponents are issued before this word's reconstruction, so
-    # that their latency (the workspace is in L2) overlaps its arithmetic; the rows' exponents are the thread's
-    # two rows' throughout.
-    var e = SIMD[DType.int32, 2](0)
+    # Each word's residue bytes and column exponents are loaded one word ahead, so that their latency (the
+    # workspace is in L2) overlaps the reconstruction of the word before; a thread's two rows stay its own throughout.
+    var row_e = SIMD[DType.int32, 2](0)
     comptime for half in range(2):
         if row + 8 * half < M:
-            e[half] = a_exponents.unsafe_load(row + 8 * half)
-    var first_block = Int(args.addresses[5]) + (product * tiles + tile_index) * moduli * tile.outputs
-    var words = residue_words[moduli, columns](first_block, 0, tid)
-    var f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
+            row_e[half] = a_exponents.unsafe_load(row + 8 * half)
+    var first_block = residue_block[moduli, columns](args, product * tiles + tile_index)
+    var next_packed = packed_residues[moduli, columns](first_block, 0, tid)
+    var next_f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
     for w in range(tile.words):
         var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
-        add_residue_bytes[moduli](residues, words)
+        add_residue_bytes[moduli](residues, next_packed)
         for split in range(product + 1, product + splits):
-            var block = Int(args.addresses[5]) + (split * tiles + tile_index) * moduli * tile.outputs
-            add_residue_bytes[moduli](residues, residue_words[moduli, columns](block, w, tid))
-        var columns_f = f
+            var block = residue_block[moduli, columns](args, split * tiles + tile_index)
+            add_residue_bytes[moduli](residues, packed_residues[moduli, columns](block, w, tid))
+        var column_f = next_f
         if w + 1 < tile.words:
-            words = residue_words[moduli, columns](first_block, w + 1, tid)
-            f = column_exponents(b_exponents, column0 + 8 * (w + 1) + 2 * (lane % 4), N)
+            next_packed = packed_residues[moduli, columns](first_block, w + 1, tid)
+            next_f = column_exponents(b_exponents, column0 + 8 * (w + 1) + 2 * (lane % 4), N)
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
             if m < M and n < N:
-                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](), e[j // 2], columns_f[j % 2],
+                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](), row_e[j // 2], column_f[j % 2],
                                   args.size(3), args.flag(4))
 
 
 @always_inline
-def residue_words[moduli: Int, columns: Int](block: Int, w: Int, tid: Int) -> SIMD[DType.uint32, 16]:
-    """Word w of the thread's residues modulo each modulus (fold_sums' layout: modulus i's at i·outputs), in the
-    workspace of one tile and split at `block`: lane i holds the residues of the thread's four outputs 4w … 4w + 3
-    modulo MODULI[i], a byte each."""
-    var words = SIMD[DType.uint32, 16](0)
-    comptime for i in range(moduli):
-        words[i] = U32Ptr(unsafe_from_address=block + i * FusedTile[columns].outputs).unsafe_load(w * FUSED_TEAM + tid)
-    return words
+def residue_block[moduli: Int, columns: Int](args: Args, task: Int) -> Int:
+    """Where the residue bytes of fused task `task` (split·tiles + tile, EXACT_FUSED's args) begin in the
+    workspace: a byte an output of the tile for each modulus."""
+    return Int(args.addresses[5]) + task * moduli * FusedTile[columns].outputs
 
 
 @always_inline
-def add_residue_bytes[moduli: Int](mut residues: SIMD[DType.uint32, 64], words: SIMD[DType.uint32, 16]):
-    """residues[16·j + i] += byte j of words[i]: the residues of four outputs (residue_words), one split's."""
+def packed_residues[moduli: Int, columns: Int](block: Int, w: Int, tid: Int) -> SIMD[DType.uint32, 16]:
+    """Word w of the thread's residue bytes for each modulus (fold_sums' layout: modulus i's at i·outputs), in the
+    workspace of one tile and split at `block`: lane i holds the residues of the thread's four outputs 4w … 4w + 3
+    modulo MODULI[i], a byte each."""
+    var packed = SIMD[DType.uint32, 16](0)
+    comptime for i in range(moduli):
+        packed[i] = U32Ptr(unsafe_from_address=block + i * FusedTile[columns].outputs).unsafe_load(w * FUSED_TEAM + tid)
+    return packed
+
+
+@always_inline
+def add_residue_bytes[moduli: Int](mut residues: SIMD[DType.uint32, 64], packed: SIMD[DType.uint32, 16]):
+    """residues[16·j + i] += byte j of packed[i]: the residues of four outputs (packed_residues), one split's."""
     comptime for i in range(moduli):
         comptime for j in range(4):
-            residues[16 * j + i] += (words[i] >> UInt32(8 * j)) & 0xFF
+            residues[16 * j + i] += (packed[i] >> UInt32(8 * j)) & 0xFF
 
 
 @always_inline
