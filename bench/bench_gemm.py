@@ -3,8 +3,8 @@
 PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU): the engine's bf16
 tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
 to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue form (and the limb form where
-affordable) against PyTorch fp32 (TF32 off) and the fma chain (``kernels.gemm_fma``) at the same shapes; on the CPU both forms
-against the fma chain and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
+affordable) against PyTorch fp32 (TF32 off) and the fma chain (``kernels.gemm_fma``) at the same shapes; on the
+CPU both forms against the fma chain and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
 
 import time
 

@@ -377,12 +377,6 @@ def gemm_is_exact(M: PythonObject, N: PythonObject, K: PythonObject, range_lengt
     return PythonObject(gemm_exact.exact_applies(Int(py=M), Int(py=N), Int(py=K), Int(py=range_length)))
 
 
-def gemm_chunks(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
-                range_length: PythonObject) raises -> PythonObject:
-    """How many k ranges the fma chain's canonical order cuts an M×N×K product into."""
-    return PythonObject(gemm.k_chunks(Int(py=M), Int(py=N), Int(py=K), Bool(py=transpose_a), Int(py=range_length)))
-
-
 def gemm_workspace(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
                    range_length: PythonObject, gpu: PythonObject, fma_only: PythonObject) raises -> PythonObject:
     """Bytes of the workspace the identical GEMM needs for an M×N×K product: the exact form's where the rule takes
@@ -470,7 +464,6 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[has_accelerator]("has_accelerator")
         m.def_function[product[identical_product]]("gemm")
         m.def_function[product[fma_product]]("gemm_fma")
-        m.def_function[gemm_chunks]("gemm_chunks")
         m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product_group]("gemm_group")
         m.def_function[product[exact_product]]("gemm_exact")

@@ -73,6 +73,8 @@ def test_gemm_group_refuses_bad_groups_before_any_product(device):
         K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, 256])
     with pytest.raises(ValueError, match="each C must be a buffer of its own"):
         K.gemm_group([cs[0], cs[0]], [a, a], [b, b], m, [512, 512], [k, k])  # one C twice
+    with pytest.raises(ValueError, match="gemm_group: k_range must be 0, or positive for an Aᵀ·B product, got 256"):
+        K.gemm_group(cs, [a, a], [b, b], m, [512, 512], [k, k], k_range=256)  # k ranges of an A·B product
     square = device.put(np.full((8, 8), 7.0, np.float32))
     with pytest.raises(ValueError, match="apart from every A and B"):
         K.gemm_group([square], [square], [device.put(np.ones((8, 8), np.float32))], 8, [8], [8])  # C read as A

@@ -153,6 +153,17 @@ comptime Shared = Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpac
 
 
 @always_inline
+def thread_place[BN: Int, H: Int]() -> Tuple[Int, Int]:
+    """The thread's place (ty, tx) among a tile's blocks of 4 rows × 4H columns: a warp's threads form 4 rows × 8
+    columns of them, the warps tiling the BN columns first."""
+    comptime WARPS_N = BN // (4 * H) // 8  # warps across the tile's columns
+    var tid = Int(thread_idx.x)
+    var warp = tid // 32
+    var lane = tid % 32
+    return ((warp // WARPS_N) * 4 + lane // 8, (warp % WARPS_N) * 8 + lane % 8)
+
+
+@always_inline
 def tile_products[
     transpose_a: Bool, transpose_b: Bool, BM: Int, BN: Int, TM: Int, KT: Int, threads: Int, vec: Bool, H: Int,
 ](
@@ -181,11 +192,7 @@ def tile_products[
     comptime A_KC = not transpose_a  # A stored M×K: k-contiguous
     comptime B_KC = transpose_b  # B stored N×K: k-contiguous
     var tid = Int(thread_idx.x)
-    var warp = tid // 32
-    var lane = tid % 32
-    comptime WARPS_N = TX // 8
-    var ty = (warp // WARPS_N) * 4 + lane // 8
-    var tx = (warp % WARPS_N) * 8 + lane % 8
+    var ty, tx = thread_place[BN, H]()
 
     var a_next = Array[Quad, PARTS](fill=Quad(0))
     var b_next = Array[Quad, PARTS](fill=Quad(0))
@@ -268,13 +275,7 @@ def store_tile[BM: Int, BN: Int, TM: Int, threads: Int, vec: Bool, H: Int](
     """The thread's outputs of tile (row0, col0) into target [M, N]: C0 + acc when accumulating (C0 read there, once),
     else acc."""
     comptime RB = TM // 4
-    comptime TX = BN // (4 * H)
-    comptime WARPS_N = TX // 8
-    var tid = Int(thread_idx.x)
-    var warp = tid // 32
-    var lane = tid % 32
-    var ty = (warp // WARPS_N) * 4 + lane // 8
-    var tx = (warp % WARPS_N) * 8 + lane % 8
+    var ty, tx = thread_place[BN, H]()
     comptime for r in range(TM):
         var m = row0 + 4 * ty + (r % 4) + (r // 4) * (BM // RB)
         if m < M:
@@ -722,16 +723,21 @@ def gemm_group_on[transpose_a: Bool, transpose_b: Bool](
                 gemm_on[transpose_a, transpose_b](dev, c[t], a[t], b[t], M, x[t], K, accumulate, partials,
                                                   range_length)
         return
+    if vec:
+        launch_group[transpose_a, transpose_b, True](dev, terms, summed, c, a, b, M, N, K, x, accumulate, widest)
+    else:
+        launch_group[transpose_a, transpose_b, False](dev, terms, summed, c, a, b, M, N, K, x, accumulate, widest)
+
+
+def launch_group[transpose_a: Bool, transpose_b: Bool, vec: Bool](
+    dev: DevicePtr, terms: Int, summed: Bool, c: Array[F32Ptr, GROUP_TERMS], a: Array[F32Ptr, GROUP_TERMS],
+    b: Array[F32Ptr, GROUP_TERMS], M: Int, N: Int, K: Int, x: Array[Int, GROUP_TERMS], accumulate: Bool, widest: Int,
+) raises:
+    """gemm_group_gpu over the group in the small tiles (64 × 64, 128 threads): its output tiles of the widest
+    term, its terms along z unless summed."""
     comptime if HAS_ACCELERATOR:
-        var grid = ((widest + 63) // 64, (M + 63) // 64, 1 if summed else terms)
-        var flags = (Int64(terms), Int64(1 if summed else 0), Int64(1 if accumulate else 0))
-        if vec:
-            dev[].ctx().enqueue_function[gemm_group_gpu[transpose_a, transpose_b, 64, 64, 4, 8, 128, 5, True]](
-                c[0], c[1], c[2], a[0], a[1], a[2], b[0], b[1], b[2], Int64(M), Int64(N), Int64(K), Int64(x[0]),
-                Int64(x[1]), Int64(x[2]), flags[0], flags[1], flags[2], grid_dim=grid, block_dim=128,
-            )
-        else:
-            dev[].ctx().enqueue_function[gemm_group_gpu[transpose_a, transpose_b, 64, 64, 4, 8, 128, 5, False]](
-                c[0], c[1], c[2], a[0], a[1], a[2], b[0], b[1], b[2], Int64(M), Int64(N), Int64(K), Int64(x[0]),
-                Int64(x[1]), Int64(x[2]), flags[0], flags[1], flags[2], grid_dim=grid, block_dim=128,
-            )
+        dev[].ctx().enqueue_function[gemm_group_gpu[transpose_a, transpose_b, 64, 64, 4, 8, 128, 5, vec]](
+            c[0], c[1], c[2], a[0], a[1], a[2], b[0], b[1], b[2], Int64(M), Int64(N), Int64(K), Int64(x[0]),
+            Int64(x[1]), Int64(x[2]), Int64(terms), Int64(1 if summed else 0), Int64(1 if accumulate else 0),
+            grid_dim=((widest + 63) // 64, (M + 63) // 64, 1 if summed else terms), block_dim=128,
+        )

@@ -193,12 +193,6 @@ def fill(y: Buffer, value: float) -> None:
 # ---- GEMM ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4096)
-def _gemm_chunks(m: int, n: int, k: int, transpose_a: bool = False, k_range: int = 0) -> int:
-    """How many k ranges the fma chain's canonical order cuts an m×n×k product into (mojo/kernels/gemm.mojo)."""
-    return int(_engine.gemm_chunks(m, n, k, bool(transpose_a), int(k_range)))
-
-
-@functools.lru_cache(maxsize=4096)
 def gemm_is_exact(m: int, n: int, k: int, k_range: int = 0) -> bool:
     """Whether the identical GEMM (``gemm``) runs an m×n×k product as the exact GEMM, by the canonical shape rule
     (k, or the k range's length, from 512 to 2^20, and m and n at least 512; docs/numerics.md), rather than the fma
@@ -324,19 +318,29 @@ def gemm_fma(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *, transpo
     _identical_product(_engine.gemm_fma, label, c, a, b, m, n, k, transpose_a, transpose_b, accumulate, k_range)
 
 
+def _check_k_range(what: str, k_range: int, transpose_a: bool) -> None:
+    """k_range is 0, or positive for Aᵀ·B products (``gemm``)."""
+    if k_range < 0 or (k_range and not transpose_a):
+        raise ValueError(f"{what}: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
+
+
 def _identical_product(entry, label: str, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int,
                        transpose_a: bool, transpose_b: bool, accumulate: bool, k_range: int) -> None:
     """An identical-mode product by the engine's `entry`: gemm (the shape rule's choice) or gemm_fma."""
     device = _gemm_operands("gemm", c, a, b, m, n, k, transpose_a, transpose_b)
-    if k_range < 0 or (k_range and not transpose_a):
-        raise ValueError(f"gemm: k_range must be 0, or positive for an Aᵀ·B product, got {k_range}")
+    _check_k_range("gemm", k_range, transpose_a)
     fma_only = entry is _engine.gemm_fma
     nbytes = _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, fma_only)
     exact = not fma_only and gemm_is_exact(m, n, k, int(k_range))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
+    if exact:
+        label += "_exact"
+    if k_range:
+        label += "_rows"
+    elif nbytes and not exact:  # the fma chain's partial sums: k split by the canonical rule
+        label += "_split_k"
     _call("gemm", entry, device, c.address, a.address, b.address, m, n, k, bool(transpose_a), bool(transpose_b),
-          bool(accumulate), 0, 0, workspace, int(k_range), 0,
-          label=label + ("_exact" if exact else "") + ("_rows" if k_range else "" if exact or not nbytes else "_split_k"))
+          bool(accumulate), 0, 0, workspace, int(k_range), 0, label=label)
 
 
 def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns: list[int], ks: list[int], *,
@@ -355,16 +359,14 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         raise ValueError("gemm_group: summed products share their C and n")
     if not summed and len(set(ks)) != 1:
         raise ValueError("gemm_group: products apart share k")
-    if k_range < 0 or (k_range and not transpose_a):
-        raise ValueError(f"gemm_group: k_range must be 0, or positive for Aᵀ·B products, got {k_range}")
-    device, partial_sums = None, 0  # the largest workspace a product cut into k ranges needs
+    _check_k_range("gemm_group", k_range, transpose_a)
+    device, nbytes = None, 0  # the largest workspace of the products' fma chains (a product cut into k ranges)
     for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
         on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
         if device is not None and on is not device:
             raise ValueError(f"gemm_group: products on different devices: {device.name} and {on.name}")
         device = on
-        chunks = _gemm_chunks(m, n, k, transpose_a, k_range)
-        partial_sums = max(partial_sums, chunks * m * n if chunks > 1 else 0)
+        nbytes = max(nbytes, _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, True))
     inputs = {buffer.address for buffer in (*as_, *bs)}
     if any(c.address in inputs for c in cs) or (not summed and len({c.address for c in cs}) != terms):
         raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
@@ -374,7 +376,7 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
             gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
                  accumulate=accumulate or (summed and t > 0), k_range=k_range)
         return
-    partials = device.scratch(partial_sums).address if partial_sums else 0
+    partials = _scratch_bytes(device, nbytes).address if nbytes else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
           [a.address for a in as_], [b.address for b in bs], m, ns[0], ks[0], varying, bool(transpose_a),
