@@ -107,8 +107,9 @@ def test_gemm_bits_match_cpu_in_every_tiling(monkeypatch, tile, name, case, kwar
     (4096, 2304, 192, True, False, True),  # 576 large tiles: large
     (1031, 2053, 517, True, False, False),  # no dimension a multiple of 4: the scalar loads and stores
     (2051, 1029, 259, False, True, True),
-    (768, 768, 16384, True, False, False),  # split into 8 k ranges (the weight-gradient form)
-    (390, 130, 8200, True, False, True),  # split into 4 ranges, rows not a multiple of 4
+    (768, 768, 16384, True, False, False),  # split into 32 k ranges of 512 (the weight-gradient form)
+    (390, 130, 8200, True, False, True),  # 32 ranges (31 of 264, the last 16), rows not a multiple of 4
+    (256, 512, 8192, True, False, False),  # the byte LM's large weight gradient: 32 ranges of 256, 256 large blocks
 ], ids=lambda v: str(int(v)) if isinstance(v, bool) else str(v))
 def test_large_gemm_bits_match_cpu(monkeypatch, tile, m, n, k, transpose_a, transpose_b, accumulate):
     """Larger products of the fma chain (kernels.gemm_fma: some of these shapes kernels.gemm takes exactly), in the

@@ -66,16 +66,18 @@ def b_index[transpose_b: Bool](k: Int, n: Int, K: Int, N: Int) -> Int:
 # Large launches take 128×128 tiles of 8×8 per thread (256 threads, two blocks per multiprocessor);
 # smaller ones 64×64 tiles of 4×8 per thread (128 threads), so more warps share the multiprocessors
 # (the weight gradients: 768 × 3072 outputs over 65,536 tokens are 144 large tiles on 132
-# multiprocessors, but 576 small ones of 4 warps each); a product cut into few k ranges of few outputs
-# 32×32 tiles of 4×4 per thread (64 threads) in slices of 32 k, so that its blocks reach every multiprocessor and
-# each slice's products cover the next slice's loads.
+# multiprocessors, but 576 small ones of 4 warps each); a product cut into k ranges takes the large tiles from
+# about two blocks a multiprocessor over all its ranges; one cut into few long ranges of few outputs 32×32 tiles of
+# 4×4 per thread (64 threads) in slices of 32 k, so that its blocks reach every multiprocessor and each slice's
+# products cover the next slice's loads.
 
 comptime BK = 8  # the k ranges of the split (`chunk_length`) are whole multiples of this; part of the order
 comptime SMALL_OUTPUT_BLOCKS = 132  # fewer 128×128 tiles than this: split k (part of the canonical order)
 comptime SPLIT_MIN_K = 4096
-comptime MIN_CHUNK = 2048
+comptime MIN_CHUNK = 256  # the byte LM's weight gradients over 8192 tokens: 32 ranges (2048 gave 4: 2–4× slower)
 comptime MAX_CHUNKS = 32
-comptime LARGE_TILE_MIN_BLOCKS = 4 * 132  # fewer 128×128 blocks (all k ranges): 64×64 tiles (speed only, free)
+comptime LARGE_TILE_MIN_BLOCKS = 4 * 132  # fewer 128×128 blocks: 64×64 tiles (speed only, free)
+comptime RANGED_LARGE_MIN_BLOCKS = 2 * 128  # the same for a product in k ranges (all its ranges' blocks)
 comptime PAD = 4  # floats added to every shared row
 
 comptime Quad = SIMD[DType.float32, 4]
@@ -591,18 +593,22 @@ comptime LARGE_K16 = 1  # the same with slices of 16 k, staged in two halves
 comptime SMALL = 2  # 64×64 tiles, 4×8 outputs per thread (128 threads), slices of 8 k
 comptime SMALL_8X8 = 3  # 64×64 tiles, 8×8 outputs per thread (64 threads), slices of 8 k
 comptime TINY = 4  # 32×32 tiles, 4×4 outputs per thread (64 threads), slices of 32 k
-comptime TINY_MAX_BLOCKS = 2 * 132  # a product in k ranges with fewer 64×64 blocks than this: TINY (speed only)
+comptime TINY_MAX_BLOCKS = 2 * 132  # a product in long k ranges with fewer 64×64 blocks than this: TINY (speed only)
+comptime TINY_MIN_RANGE = 1024  # k of a range TINY takes at least
 
 
-def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
-    """The GPU tiling for an M×N output in `chunks` k ranges: large tiles when the launch has at least
+def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int, length: Int) -> Int:
+    """The GPU tiling for an M×N output in `chunks` k ranges of `length`: large tiles when the launch has at least
     LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ, the fastest there on the encoder's shapes;
-    LARGE, whose slices are half as deep, for the others), else SMALL. UFORM_GEMM_TILE = large, large-k16,
-    small or small-8x8 forces one (for tests and tuning: the tiling never changes a bit). A product cut into k
-    ranges with fewer than TINY_MAX_BLOCKS 64×64 blocks over all its ranges (the byte LM's weight gradients: 256 ×
-    256 outputs over 8192 tokens are 4 ranges of 16 blocks, 64 blocks on 132 multiprocessors) takes TINY, four
-    times the blocks of a quarter the outputs, in slices of 32 k (with two warps a block and few blocks a
-    multiprocessor, a slice of 8 k did not cover the next slice's loads); UFORM_GEMM_TILE = tiny forces it too."""
+    LARGE, whose slices are half as deep, for the others), or, in k ranges, RANGED_LARGE_MIN_BLOCKS over all its
+    ranges (on the H200 the byte LM's weight gradients, 256 × 512 over 32 ranges of 256: 52 against 62 µs); else
+    SMALL. UFORM_GEMM_TILE = large, large-k16, small or small-8x8 forces one (for tests and tuning: the tiling
+    never changes a bit). A product cut into ranges of at least TINY_MIN_RANGE with fewer than TINY_MAX_BLOCKS 64×64
+    blocks over all its ranges (a weight gradient by packed rows below the exact GEMM's rule: 256 × 256 outputs over
+    4 rows of 2048 tokens are 64 blocks on 132 multiprocessors) takes TINY, four times the blocks of a
+    quarter the outputs, in slices of 32 k (with two warps a block and few blocks a multiprocessor, a slice of 8 k
+    did not cover the next slice's loads; over ranges of 256 it lost to SMALL); UFORM_GEMM_TILE = tiny forces it
+    too."""
     var forced = getenv("UFORM_GEMM_TILE")
     if forced == "large":
         return LARGE
@@ -614,9 +620,11 @@ def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int) -> Int:
         return SMALL_8X8
     if forced == "tiny":
         return TINY
-    if chunks > 1 and ((N + 63) // 64) * ((M + 63) // 64) * chunks < TINY_MAX_BLOCKS:
-        return TINY
-    if large_tiles(M, N) * chunks < LARGE_TILE_MIN_BLOCKS:
+    if chunks > 1:
+        if length >= TINY_MIN_RANGE and ((N + 63) // 64) * ((M + 63) // 64) * chunks < TINY_MAX_BLOCKS:
+            return TINY
+        return LARGE if large_tiles(M, N) * chunks >= RANGED_LARGE_MIN_BLOCKS else SMALL
+    if large_tiles(M, N) < LARGE_TILE_MIN_BLOCKS:
         return SMALL
     return LARGE_K16 if transpose_b else LARGE
 
@@ -659,7 +667,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
-            var tiling = gpu_tiling[transpose_b](M, N, chunks)
+            var tiling = gpu_tiling[transpose_b](M, N, chunks, length)
             if tiling == LARGE:
                 launch_gemm[transpose_a, transpose_b, 128, 8, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == LARGE_K16:
@@ -713,7 +721,7 @@ def gemm_group_on[transpose_a: Bool, transpose_b: Bool](
         var b_row = k if transpose_b else n
         vec = vec and a_row % 4 == 0 and b_row % 4 == 0 and n % 4 == 0
         vec = vec and (Int(a[t]) | Int(b[t]) | Int(c[t])) % 16 == 0
-    grouped = grouped and gpu_tiling[transpose_b](M, widest, 1) == SMALL
+    grouped = grouped and gpu_tiling[transpose_b](M, widest, 1, K) == SMALL
     if not grouped:
         for t in range(terms):
             if summed:
