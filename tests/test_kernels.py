@@ -55,6 +55,24 @@ def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transp
         assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("m,n,k,transpose_a,ranges", [
+    (256, 512, 8192, True, 32),  # the byte LM's large weight gradients: ranges of 256 tokens
+    (24, 8, 5000, True, 19),
+    (256, 256, 4096, True, 16),
+    (256, 256, 65536, True, 32),  # at most 32 ranges
+    (256, 256, 4095, True, 1),  # below k = 4096: one chain
+    (256, 256, 8192, False, 1),  # A·B is never cut
+    (2048, 1088, 8192, True, 1),  # 144 tiles of 128 × 128: not a small output
+])
+def test_fma_chain_cuts_small_weight_gradients_into_canonical_ranges(m, n, k, transpose_a, ranges):
+    """The fma chain's canonical split (docs/numerics.md): an Aᵀ·B product with fewer than 132 tiles of 128 × 128
+    and k ≥ 4096 is min(32, k // 256) ranges, their partial sums in the workspace; every other product one chain
+    an output. A property of the shape alone, so every device cuts alike."""
+    for gpu in (False, True):
+        expected = 4 * ranges * m * n if ranges > 1 else 0
+        assert K._gemm_workspace_bytes(m, n, k, transpose_a, 0, gpu, True) == expected
+
+
 def test_gemm_group_refuses_bad_groups_before_any_product(device):
     """A group's refusals name what was wrong and leave every C as it was, also where its products would run one
     by one (the exact GEMM's shapes): a wrong-sized operand in the last product stops the first one too."""
