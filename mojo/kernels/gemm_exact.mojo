@@ -670,9 +670,34 @@ def crt_store[moduli: Int, wide: Bool = False, w: SIMDLength = 1](
     c: F32Ptr, output: Int, residues: SIMD[DType.uint32, 16 * w], e: SIMD[DType.int32, w], f: SIMD[DType.int32, w],
     bits: Int, accumulate: Bool,
 ):
-    """c[output + j] (+)= X_j·2^(e_j + f_j − 2b) rounded once for the w lanes j, X found from its residues
-    r_i ≡ X (mod p_i), 0 ≤ r_i < 2^13 (residues[i·w + j] for the first `moduli` MODULI, or with `wide`
-    WIDE_MODULI); NaN for a non-finite line (e or f NON_FINITE).
+    """c[output + j] (+)= X_j·2^(e_j + f_j − 2b) rounded once for the w lanes j (crt_value), NaN for a non-finite
+    line (finished)."""
+    var value = crt_value[moduli, wide, w](residues, e, f, bits)
+    c.unsafe_store(output, finished(value, c, output, e, f, accumulate))
+
+
+@always_inline
+def finished[w: SIMDLength, //](
+    value: SIMD[DType.float32, w], c: F32Ptr, output: Int, e: SIMD[DType.int32, w], f: SIMD[DType.int32, w],
+    accumulate: Bool,
+) -> SIMD[DType.float32, w]:
+    """What c[output + j] becomes for the rounded products `value`: value, or with `accumulate` c's value plus it;
+    the canonical NaN where a line is non-finite (e or f NON_FINITE), chosen after the sum so that the NaN's bits
+    never depend on c's."""
+    var total = value
+    if accumulate:
+        total = c.unsafe_load[width=w](output) + value
+    var non_finite = e.eq(NON_FINITE) | f.eq(NON_FINITE)
+    return non_finite.select(SIMD[DType.float32, w](bitcast[DType.float32](CANONICAL_NAN)), total)
+
+
+@always_inline
+def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
+    residues: SIMD[DType.uint32, 16 * w], e: SIMD[DType.int32, w], f: SIMD[DType.int32, w], bits: Int
+) -> SIMD[DType.float32, w]:
+    """X_j·2^(e_j + f_j − 2b) rounded once for the w lanes j, X found from its residues r_i ≡ X (mod p_i),
+    0 ≤ r_i < 2^13 (residues[i·w + j] for the first `moduli` MODULI, or with `wide` WIDE_MODULI); meaningless for a
+    non-finite line, which `finished` replaces by NaN.
 
     The reconstruction is an integer identity, X = S − q·P with S = Σ_i r_i·W_i and q = ⌊S/P + 1/2⌋:
     - S ≡ X (mod P): W_i ≡ [i = j] (mod p_j) and r_i ≡ X (mod p_i), so S ≡ X modulo every p_j, hence modulo
@@ -710,10 +735,7 @@ def crt_store[moduli: Int, wide: Bool = False, w: SIMDLength = 1](
     comptime for j in range(w):
         value[j] = rounded_words(high[j], UInt32(middle[j] & 0xFFFFFFFF), UInt32(low[j] & 0xFFFFFFFF),
                                  2 * bits - Int(e[j]) - Int(f[j]))
-    if accumulate:
-        value = c.unsafe_load[width=w](output) + value
-    var non_finite = e.eq(NON_FINITE) | f.eq(NON_FINITE)
-    c.unsafe_store(output, non_finite.select(SIMD[DType.float32, w](bitcast[DType.float32](CANONICAL_NAN)), value))
+    return value
 
 
 @always_inline
@@ -1258,8 +1280,8 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
 @always_inline
 def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own_range: Int = -1):
     """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
-    the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_store's residues r_i ≡ X (mod p_i)),
-    reconstructed and rounded by crt_store, as crt_round does from its residues: the same integer X, so the
+    the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_value's residues r_i ≡ X (mod p_i)),
+    reconstructed and rounded by crt_value, as crt_round does from its residues: the same integer X, so the
     unfused form's bits. own_range ≥ 0 (`ranges`): that split's residues alone, its range's exponents (at
     range·M and range·N) and its partial (at range·M·N)."""
     var M = args.size(0)
@@ -1285,7 +1307,7 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var next_packed = packed_residues[moduli, columns](first_block, 0, tid)
     var next_f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
     for w in range(tile.words):
-        var residues = SIMD[DType.uint32, 64](0)  # output j's residue modulo p_i at 16·j + i
+        var residues = SIMD[DType.uint32, 64](0)  # add_residue_bytes' layout: two rows of two neighbouring outputs
         add_residue_bytes[moduli](residues, next_packed)
         for split in range(product + 1, product + splits):
             var block = residue_block[moduli, columns](args, split * tiles + tile_index)
@@ -1294,12 +1316,20 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
         if w + 1 < tile.words:
             next_packed = packed_residues[moduli, columns](first_block, w + 1, tid)
             next_f = column_exponents(b_exponents, column0 + 8 * (w + 1) + 2 * (lane % 4), N)
-        comptime for j in range(4):
-            var m = row + 8 * (j // 2)
-            var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
+        # A row's two outputs reconstruct side by side (crt_value's lanes): two independent chains of multiply-adds
+        # instead of one, whose latency the few warps of a multiprocessor hide poorly.
+        comptime for half in range(2):
+            var m = row + 8 * half
+            var n = column0 + 8 * w + 2 * (lane % 4)
             if m < M and n < N:
-                crt_store[moduli](c, m * N + n, residues.slice[16, offset=16 * j](), row_e[j // 2], column_f[j % 2],
-                                  args.size(3), args.flag(4))
+                var e = SIMD[DType.int32, 2](row_e[half])
+                var value = crt_value[moduli, False, 2](residues.slice[32, offset=32 * half](), e, column_f,
+                                                        args.size(3))
+                comptime for j in range(2):
+                    if n + j < N:
+                        c.unsafe_store(m * N + n + j, finished(value.slice[1, offset=j](), c, m * N + n + j,
+                                                               e.slice[1, offset=j](), column_f.slice[1, offset=j](),
+                                                               args.flag(4)))
 
 
 @always_inline
@@ -1322,10 +1352,12 @@ def packed_residues[moduli: Int, columns: Int](block: Int, w: Int, tid: Int) -> 
 
 @always_inline
 def add_residue_bytes[moduli: Int](mut residues: SIMD[DType.uint32, 64], packed: SIMD[DType.uint32, 16]):
-    """residues[16·j + i] += byte j of packed[i]: the residues of four outputs (packed_residues), one split's."""
+    """residues[32·(j ÷ 2) + 2i + j mod 2] += byte j of packed[i]: the residues of four outputs (packed_residues),
+    one split's, as two halves in crt_value's layout for two lanes (outputs j = 2h and 2h + 1 of half h: one row's
+    neighbouring columns)."""
     comptime for i in range(moduli):
         comptime for j in range(4):
-            residues[16 * j + i] += (packed[i] >> UInt32(8 * j)) & 0xFF
+            residues[32 * (j // 2) + 2 * i + j % 2] += (packed[i] >> UInt32(8 * j)) & 0xFF
 
 
 @always_inline
