@@ -512,6 +512,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         lanes[rotary.PAIRS_PER_TASK, rotary.rotary](m, k, "rotary", rotary.ROTARY)
         index[rotary.rotary_fast](m, k, "rotary_fast", rotary.ROTARY_FAST)
         rows_of[embedding.embedding_forward](m, k, "embedding_forward", embedding.EMBEDDING_FORWARD)
+        rows_of[embedding.token_groups](m, k, "token_groups", embedding.TOKEN_GROUPS)
         index[embedding.embedding_backward](m, k, "embedding_backward", embedding.EMBEDDING_BACKWARD)
         index[embedding.embedding_chunk_sums](m, k, "embedding_chunk_sums", embedding.EMBEDDING_CHUNK_SUMS)
         index[embedding.embedding_chunks_finish](m, k, "embedding_chunks_finish", embedding.EMBEDDING_CHUNKS_FINISH)

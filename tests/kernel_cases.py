@@ -410,6 +410,8 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
         K.embedding_forward(out, device.put(table), device.put(ids), width)
     ref_out = f64(table)[ids] + (np.where(row_of[:, None] >= 0, f64(extra)[row_of], 0) if with_rows else 0)
     order, offsets = K.embedding_groups(ids, vocab)
+    on_device = device.empty(tokens, np.int32), device.empty(vocab + 1, np.int32)  # the same groups, found there
+    K.token_groups(*on_device, device.put(ids), vocab)
     dtable = device.empty(table.shape)
     K.embedding_backward(dtable, device.put(d_out), device.put(order), device.put(offsets), width)
     ref = np.zeros((vocab, width))
@@ -420,7 +422,8 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
     K.embedding_backward_chunked(chunked, device.put(d_out), device.put(order), device.put(chunk_starts),
                                  device.put(id_chunks), width, accumulate=True)
     return {"out": (out.numpy(), ref_out, 1e-7), "dtable": (dtable.numpy(), ref, 1e-6 * np.sqrt(tokens)),
-            "dtable_chunked": (chunked.numpy(), ref + 1, 1e-6 * np.sqrt(tokens))}
+            "dtable_chunked": (chunked.numpy(), ref + 1, 1e-6 * np.sqrt(tokens)),
+            "token_order": (on_device[0].numpy(), order, 0.0), "token_offsets": (on_device[1].numpy(), offsets, 0.0)}
 
 
 def case_rows(device: uform.Device, seed: int, tokens: int, rows: int, width: int):

@@ -688,6 +688,17 @@ def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> t
     return order, offsets
 
 
+def token_groups(order: Buffer, offsets: Buffer, ids: Buffer, vocab_size: int) -> None:
+    """embedding_groups (without row_length) of ids already on the device, into order (n,) and offsets
+    (vocab_size + 1,): the same arrays, found by a stable counting sort on the device. Every id must lie in
+    [0, vocab_size)."""
+    _expect(ids, "ids", ids.size, np.int32)
+    _expect(order, "order", ids.size, np.int32)
+    _expect(offsets, "offsets", vocab_size + 1, np.int32)
+    _launch("token_groups", vocab_size + 1, order=order, offsets=offsets, ids=ids, tokens=ids.size,
+            vocabulary=vocab_size)
+
+
 def embedding_backward(dtable: Buffer, d_out: Buffer, order: Buffer, offsets: Buffer, width: int, *,
                        accumulate: bool = False, partials: Buffer | None = None) -> None:
     """dtable[v] (+)= Σ of d_out over the tokens of id v, in ascending token order; with `partials` (offsets from

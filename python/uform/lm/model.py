@@ -7,9 +7,10 @@ blocks are ``uform.nn.TransformerStack``; the float64 twin of this model is
 
 A training step of a resident session in identical mode is replayed from a plan (``Device.record``):
 the launches of the forward, the loss, the backward, the gradient check and the update, recorded once
-per geometry; what changes from step to step (ids, targets, the embedding backward's grouping, AdamW's
-step scalars) is written before each replay in one upload (``StepUpload``), and the update reads the
-device's own verdict on the step (``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
+per geometry; what changes from step to step (ids, targets, AdamW's step scalars) is written before each
+replay in one upload (``StepUpload``), the embedding backward groups the tokens by id on the device
+(``kernels.token_groups``), and the update reads the device's own verdict on the step
+(``ResidentState.update_launches``). ``UFORM_STEP_PLANS`` picks how: "graph"
 (the default: a device graph on a GPU, the loop of launches on the CPU), "loop", or "off" (each launch
 from Python, as evaluation and fast mode always run).
 """
@@ -33,14 +34,13 @@ from .config import LanguageModelConfig, parameter_registry
 
 class StepUpload:
     """What a replayed step reads that changes from step to step, laid end to end in one int32 allocation that one
-    upload writes: the inputs' ids, the targets, the embedding backward's grouping (``TokenInputs.write_groups``:
-    order and offsets) and AdamW's step scalars (float32, [2, 3]: ``ResidentState.step_scalars``). ``views`` are
-    the parts on the device, by name; ``write`` fills the host copy and uploads it."""
+    upload writes: the inputs' ids, the targets and AdamW's step scalars (float32, [2, 3]:
+    ``ResidentState.step_scalars``). ``views`` are the parts on the device, by name; ``write`` fills the host copy
+    and uploads it."""
 
-    def __init__(self, device: Device, batch: int, length: int, vocabulary: int):
+    def __init__(self, device: Device, batch: int, length: int):
         n = batch * length
-        parts = (("ids", (n,), np.int32), ("targets", (n,), np.int32), ("order", (n,), np.int32),
-                 ("offsets", (vocabulary + 1,), np.int32), ("scalars", (2, 3), np.float32))
+        parts = (("ids", (n,), np.int32), ("targets", (n,), np.int32), ("scalars", (2, 3), np.float32))
         self.host = np.empty(sum(int(np.prod(shape)) for _, shape, _ in parts), np.int32)
         self.buffer = device.empty(self.host.size, np.int32)
         self.views: dict[str, Buffer] = {}
@@ -51,14 +51,13 @@ class StepUpload:
             self.views[name] = self.buffer.view(start, shape, dtype)
             self._host[name] = self.host[start:start + size].view(dtype).reshape(shape)
             start += size
-        self._rows, self._vocabulary = (batch, length), vocabulary
+        self._rows = (batch, length)
 
     def write(self, ids: np.ndarray, scalars: np.ndarray) -> None:
         """The parts of a step on ids (B, T + 1) with AdamW's `scalars`, in one upload."""
         part = self._host
         part["ids"].reshape(self._rows)[:] = ids[:, :-1]
         part["targets"].reshape(self._rows)[:] = ids[:, 1:]
-        part["order"][:], part["offsets"][:] = K.embedding_groups(ids[:, :-1], self._vocabulary)
         part["scalars"][:] = scalars
         self.buffer.write(self.host)
 
@@ -111,10 +110,9 @@ class DeviceModel(ResidentState):
     def _allocate(self, key: tuple[int, int]) -> BatchBuffers:
         batch, length = key
         n, vocabulary = batch * length, self.shape.vocab_size
-        upload = StepUpload(self.device, batch, length, vocabulary)
+        upload = StepUpload(self.device, batch, length)
         part = upload.views
-        tokens = TokenInputs.allocate(self.device, n, vocabulary, ids=part["ids"], order=part["order"],
-                                      offsets=part["offsets"])
+        tokens = TokenInputs.allocate(self.device, n, vocabulary, ids=part["ids"])
         tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
         tokens.spans.write(K.attention_spans(n, length))
         outcome = self.device.empty(n + 1)
@@ -147,7 +145,6 @@ class DeviceModel(ResidentState):
             buffers.tokens.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(inputs.size).work.dh,
                                               inputs, fast=True)
             return
-        buffers.tokens.write_groups(inputs, self.shape.vocab_size)
         self._backward(buffers)
 
     def _backward_stack(self, buffers: BatchBuffers) -> None:
@@ -158,9 +155,10 @@ class DeviceModel(ResidentState):
         self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
 
     def _backward(self, buffers: BatchBuffers) -> None:
-        """The identical backward's launches, on the token grouping the buffers hold (TokenInputs.write_groups)."""
+        """The identical backward's launches, on the ids the buffers hold (grouped by id on the device)."""
         self._backward_stack(buffers)
         tokens = buffers.tokens
+        K.token_groups(tokens.order, tokens.offsets, tokens.ids, self.shape.vocab_size)
         K.embedding_backward(self.weight_grads["embedding"], self.stack.buffers(tokens.ids.size).work.dh, tokens.order,
                              tokens.offsets, self.shape.width)
 

@@ -31,15 +31,14 @@ class TokenInputs:
 
     @classmethod
     def allocate(cls, device: Device, n: int, vocabulary: int, position_axes: int = 1, rows: int = 1, *,
-                 ids: Buffer | None = None, order: Buffer | None = None,
-                 offsets: Buffer | None = None) -> TokenInputs:
+                 ids: Buffer | None = None) -> TokenInputs:
         """Buffers for n tokens; positions (n,), or (n, position_axes) for rotary positions on several axes;
-        `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups). ids, order
-        and offsets: buffers to take instead of new ones (views of an upload they share with other inputs)."""
+        `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups). ids: a
+        buffer to take instead of a new one (a view of an upload it shares with other inputs)."""
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
         return cls(ids=device.empty(n, np.int32) if ids is None else ids, positions=positions,
-                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32) if order is None else order,
-                   offsets=device.empty(rows * vocabulary + 1, np.int32) if offsets is None else offsets,
+                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
+                   offsets=device.empty(rows * vocabulary + 1, np.int32),
                    chunk_starts=device.empty(-(-n // K.EMBEDDING_CHUNK) + vocabulary + 1, np.int32),
                    id_chunks=device.empty(vocabulary + 1, np.int32))
 
