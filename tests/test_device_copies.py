@@ -40,8 +40,8 @@ def test_each_kernel_reads_the_values_written_before_it(device):
 
 def test_copies_reach_any_view_and_a_view_may_read_another_dtype(device):
     """A write or a read of a view past its allocation's start copies exactly its elements, and a view may read
-    its elements as another dtype of their size (a language-model step uploads its ids, targets, grouping and
-    float32 AdamW scalars as views of one int32 allocation)."""
+    its elements as another dtype of their size (a language-model step uploads its ids, targets and float32 AdamW
+    scalars as views of one int32 allocation)."""
     whole = device.put(np.arange(20, dtype=np.int32))
     whole.view(5, 4).write(np.array([-1, -2, -3, -4], np.int32))
     np.testing.assert_array_equal(whole.view(3, 8).numpy(), [3, 4, -1, -2, -3, -4, 9, 10])

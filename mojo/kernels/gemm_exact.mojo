@@ -451,7 +451,9 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
         L, a multiple of p and of 2^16 above |x|, makes y = x + L + h lie in [0, 2^30), and with q = ⌊y/p⌋,
         y − q·p = (v + h) mod p, so x − q·p ≡ r = ((v + h) mod p) − h (mod 2^16), which int8 and int16 keep. q as
         quotient_below_2_31 finds it, with s = 30 + ⌈log2 p⌉ (y < 2^30, so y·d < 2^s) and m = ⌈2^s/p⌉ < 2^31: one
-        signed 32 × 32-bit multiply-add into 64 bits, x·m + (L + h)·m, and a shift: four operations a value and modulus."""
+        signed 32 × 32-bit multiply-add into 64 bits, x·m + (L + h)·m, and a shift: four operations a value and modulus.
+        (The same residues in exact float32 arithmetic, on the pipes this integer work leaves idle, ran 12 % slower
+        on the H200: bench/RESULTS.md, 2026-11-30 09:53.)"""
         comptime if p == 256:
             return self.low.cast[DType.int8]().cast[dtype]()
         comptime half = p // 2
@@ -979,8 +981,8 @@ def plane_products_on_tensor_cores(
 # tile's lines of A's and B's planes through a ring of shared-memory stages (cp.async fills the next stages while
 # Hopper's warpgroup tensor cores, wgmma int8 × int8 → int32, multiply the current one), and at the end of each
 # chunk of k a thread folds its int32 sums modulo p_i into bytes in the workspace. After the last modulus the same
-# thread reads its bytes back, reconstructs and rounds its outputs (crt_store) and stores the floats; where k is
-# split into ranges, a second kernel does that for every tile once every range is folded
+# thread reads its bytes back, reconstructs and rounds its outputs (crt_value, then finished) and stores the floats;
+# where k is split into ranges, a second kernel does that for every tile once every range is folded
 # (exact_fused_splits_summed), summing the ranges' residues.
 
 comptime FUSED_ROWS = 128  # a tile's rows: two warpgroups of 64
@@ -1221,7 +1223,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     fragment: row 16·warp + lane ÷ 4 + 8·(j ÷ 2 mod 2) of its warpgroup's 64, column 8·(j ÷ 4) + 2·(lane mod 4) +
     j mod 2.
     Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
-    (crt_store stores NaN there)."""
+    (finished stores NaN there)."""
     var M = args.size(0)
     var N = args.size(1)
     var line = padded(args.size(2))

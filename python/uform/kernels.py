@@ -690,8 +690,8 @@ def embedding_groups(ids: np.ndarray, vocab_size: int, row_length: int = 0) -> t
 
 def token_groups(order: Buffer, offsets: Buffer, ids: Buffer, vocab_size: int) -> None:
     """embedding_groups (without row_length) of ids already on the device, into order (n,) and offsets
-    (vocab_size + 1,): the same arrays, found by a stable counting sort on the device. Every id must lie in
-    [0, vocab_size)."""
+    (vocab_size + 1,): the same arrays, found by a stable counting sort on the device (a warp an id, each reading
+    every id twice: for the byte vocabularies, not a large one). Every id must lie in [0, vocab_size)."""
     _expect(ids, "ids", ids.size, np.int32)
     _expect(order, "order", ids.size, np.int32)
     _expect(offsets, "offsets", vocab_size + 1, np.int32)

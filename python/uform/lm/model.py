@@ -65,9 +65,8 @@ class StepUpload:
 @dataclass
 class BatchBuffers:
     """One (batch, length) geometry's buffers: the tokens (positions and spans fixed at allocation), the
-    next-byte head, a replayed step's inputs (its ids, targets and grouping are the tokens' and the head's
-    buffers) and its outcome: the head's losses, then the device's verdict on the step, read back in one
-    download."""
+    next-byte head, a replayed step's inputs (its ids and targets are the tokens' and the head's buffers) and
+    its outcome: the head's losses, then the device's verdict on the step, read back in one download."""
 
     tokens: TokenInputs
     head: CrossEntropyHead
