@@ -242,7 +242,8 @@ def product_group(
     accumulate: PythonObject, workspace: PythonObject, range_length: PythonObject,
 ) raises -> PythonObject:
     """A group of identical products (kernels/gemm.mojo, gemm_group_on): c, a, b and x are lists of one to three
-    terms' addresses and varying sizes (N_t apart, K_t summed)."""
+    terms' addresses and varying sizes (N_t apart, K_t summed). Products the exact GEMM's shape rule takes group
+    only apart, all of them exact and of one A, whose planes are then found once (gemm_exact_shared_a_on)."""
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
@@ -251,11 +252,15 @@ def product_group(
     if terms < 1 or terms > gemm.GROUP_TERMS:
         raise Error("gemm_group: 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
     var args = Args.empty()
+    var exact = 0
     for t in range(terms):
         var n = Int(py=x[t]) if not Bool(py=summed) else Int(py=N)
         var k = Int(py=x[t]) if Bool(py=summed) else Int(py=K)
         if gemm_exact.exact_applies(Int(py=M), n, k, Int(py=range_length)):
-            raise Error("gemm_group: a ", Int(py=M), "×", n, "×", k, " product is the exact GEMM's (gemm runs it)")
+            exact += 1
+            if Bool(py=summed) or Int(py=a[t]) != Int(py=a[0]):
+                raise Error("gemm_group: a ", Int(py=M), "×", n, "×", k, " product is the exact GEMM's, which groups",
+                            " only apart and of one A (gemm runs it)")
         args.addresses[t] = Int64(Int(py=c[t]))
         args.addresses[gemm.GROUP_TERMS + t] = Int64(Int(py=a[t]))
         args.addresses[2 * gemm.GROUP_TERMS + t] = Int64(Int(py=b[t]))
@@ -266,14 +271,40 @@ def product_group(
     args.sizes[2] = Int64(Int(py=K))
     args.sizes[6] = Int64(terms | (Int(Bool(py=summed)) << 2) | (Int(Bool(py=accumulate)) << 3))
     args.sizes[7] = Int64(Int(py=range_length))
+    if 0 < exact < terms:
+        raise Error("gemm_group: exact products group only with exact ones (gemm runs each)")
     var dev = device_of(device)
-    if ta:
+    if exact > 0:
+        if ta:
+            record_or_launch[launch_exact_group[True, False]](dev, 1, args)
+        elif tb:
+            record_or_launch[launch_exact_group[False, True]](dev, 1, args)
+        else:
+            record_or_launch[launch_exact_group[False, False]](dev, 1, args)
+    elif ta:
         record_or_launch[launch_product_group[True, False]](dev, 1, args)
     elif tb:
         record_or_launch[launch_product_group[False, True]](dev, 1, args)
     else:
         record_or_launch[launch_product_group[False, False]](dev, 1, args)
     return PythonObject(None)
+
+
+def launch_exact_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
+    """A group of exact products of one A (n is 1) as a launcher, from the slots product_group fills."""
+    comptime T = gemm.GROUP_TERMS
+    var c = Array[F32Ptr, T](fill=args.f32(0))
+    var b = Array[F32Ptr, T](fill=args.f32(2 * T))
+    var widths = Array[Int, T](fill=0)
+    comptime for t in range(T):
+        c[t] = args.f32(t)
+        b[t] = args.f32(2 * T + t)
+        widths[t] = args.size(3 + t)
+    var flags = args.size(6)
+    gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, T](
+        dev, c, args.f32(T), b, args.size(0), widths, flags & 3, args.size(2), (flags >> 3) & 1 != 0,
+        Int(args.addresses[3 * T]), args.size(7),
+    )
 
 
 def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:

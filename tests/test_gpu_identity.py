@@ -70,6 +70,22 @@ def test_gemm_group_bits_match_cpu(summed, transpose_a, transpose_b, m, sizes, s
         assert same_bits(cpu, gpu)
 
 
+@pytest.mark.parametrize("transpose_a,k_range", [(False, 0), (True, 512)])
+def test_exact_group_of_one_a_bits_match_cpu(transpose_a, k_range):
+    """Exact products apart of one A, grouped (A's planes found once on the GPU): the CPU's bits."""
+    m, k, sizes = 520, 1024, (512, 520, 640)
+    results = []
+    for device in (uform.Device.cpu(), uform.Device.gpu(0)):
+        rng = np.random.default_rng(13)
+        a = device.put(rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32))
+        bs = [device.put(rng.standard_normal((k, n)).astype(np.float32)) for n in sizes]
+        cs = [device.empty((m, n)) for n in sizes]
+        K.gemm_group(cs, [a] * 3, bs, m, list(sizes), [k] * 3, transpose_a=transpose_a, k_range=k_range)
+        results.append([c.numpy() for c in cs])
+    for cpu, gpu in zip(*results):
+        assert same_bits(cpu, gpu)
+
+
 @pytest.mark.parametrize("op", sorted(K.UNARY_OPS))
 def test_portable_math_bits_match_cpu(op):
     x = arguments(4_000_000, seed=7)

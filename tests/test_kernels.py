@@ -55,6 +55,27 @@ def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transp
         assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("transpose_a,transpose_b,k_range", [(False, False, 0), (True, False, 0), (False, True, 0),
+                                                          (True, False, 512)])
+def test_exact_products_of_one_a_group_with_each_products_bits(device, transpose_a, transpose_b, k_range):
+    """Exact products apart of one A (q, k and v of one input; their weight gradients by rows), which a group runs
+    with A's residue planes found once on a GPU: each product's bits launched alone, onto its C0."""
+    m, k, sizes = 520, 1024, (512, 520, 640)
+    rng = np.random.default_rng(11)
+    a = device.put(rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32))
+    bs = [device.put(rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)) for n in sizes]
+    c0 = [rng.standard_normal((m, n)).astype(np.float32) for n in sizes]
+    assert all(K.gemm_is_exact(m, n, k, k_range) for n in sizes)
+    options = dict(transpose_a=transpose_a, transpose_b=transpose_b, accumulate=True, k_range=k_range)
+    alone = [device.put(x) for x in c0]
+    for c, b, n in zip(alone, bs, sizes):
+        K.gemm(c, a, b, m, n, k, **options)
+    grouped = [device.put(x) for x in c0]
+    K.gemm_group(grouped, [a] * 3, bs, m, list(sizes), [k] * 3, **options)
+    for one, group in zip(alone, grouped):
+        assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
+
+
 @pytest.mark.parametrize("m,n,k,transpose_a,ranges", [
     (256, 512, 8192, True, 32),  # the byte LM's large weight gradients: ranges of 256 tokens
     (24, 8, 5000, True, 19),

@@ -783,7 +783,13 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> I
         planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
     else:
         planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
-    return planes + 4 * (M + N) + 4 * max(M, N) * exponent_blocks(K)
+    return planes + exponents_bytes(M) + exponents_bytes(N) + 4 * max(M, N) * exponent_blocks(K)
+
+
+def exponents_bytes(count: Int) -> Int:
+    """Bytes of `count` int32 exponents in a workspace, rounded up to 16 so that planes after them stay aligned for
+    their 16-byte stores and copies."""
+    return (4 * count + 15) // 16 * 16
 
 
 def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
@@ -795,7 +801,7 @@ def sums_bytes(M: Int, N: Int, K: Int, splits: Int) -> Int:
 
 def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = False](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
-    splits: Int = 0, range_length: Int = 0,
+    splits: Int = 0, range_length: Int = 0, a_ready: Bool = False,
 ) raises:
     """The exact product through residues (the same bits as gemm_exact_on); `workspace` holds
     residue_workspace_bytes(M, N, K, splits, dev[].is_gpu()). With `fused`, a GPU runs the plane products and the
@@ -803,37 +809,55 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     own choice) where fused_pays, else the unfused form; the CPU runs its own residue form either way
     (wide_residue_product: the same bits). A positive range_length below K (Aᵀ·B only) cuts k into ranges, a
     product each, combined by the row tree (gemm_exact_ranges_on; the workspace then holds
-    ranged_workspace_bytes)."""
+    ranged_workspace_bytes). a_ready: the workspace already holds A's planes and exponents, as the previous product
+    of the same A, M, K and range_length left them (A's part of the workspace comes first, whatever N); a GPU then
+    skips them (gemm_exact_shared_a_on), elsewhere it finds them again."""
     if (range_length if 0 < range_length < K else K) > MAX_K:
         raise Error("gemm_exact: k = ", K, " (in ranges of ", range_length, ") passes the definition's ", MAX_K)
     if 0 < range_length < K:
         gemm_exact_ranges_on[transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace,
-                                                               range_length)
+                                                               range_length, a_ready)
     elif not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
     elif moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits,
+                                                             a_ready)
     else:
-        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits)
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits,
+                                                             a_ready)
+
+
+def gemm_exact_shared_a_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
+    dev: DevicePtr, c: Array[F32Ptr, terms], a: F32Ptr, b: Array[F32Ptr, terms], M: Int, N: Array[Int, terms],
+    products: Int, K: Int, accumulate: Bool, workspace: Int, range_length: Int,
+) raises:
+    """The first `products` of up to `terms` exact products of one A, C_t (+)= op(A)·op(B_t) (q, k and v of one
+    input; their weight gradients by rows), each as the identical GEMM runs it alone (the fused form at its own
+    split of k), A's residue planes found once on a GPU: the same bits. `workspace` holds the largest product's."""
+    for t in range(products):
+        gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
+            dev, c[t], a, b[t], M, N[t], K, accumulate, workspace, fused_splits(M, N[t], K, 0), range_length, t > 0
+        )
 
 
 def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
-    splits: Int,
+    splits: Int, a_ready: Bool,
 ) raises:
-    """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes, their products on
-    the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
+    """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes (A's unless
+    a_ready), their products on the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
     var bits = bits_per_side(K)
     var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var a_residues = workspace
-    var b_residues = a_residues + moduli * M * padded(K)
-    var a_exponents = b_residues + moduli * N * padded(K)
-    var b_exponents = a_exponents + 4 * M
-    var sums = b_exponents + 4 * N
+    var a_residues = workspace  # A's part first, so that products of one A and any N find it at the same place
+    var a_exponents = a_residues + moduli * M * padded(K)
+    var b_residues = a_exponents + exponents_bytes(M)
+    var b_exponents = b_residues + moduli * N * padded(K)
+    var sums = b_exponents + exponents_bytes(N)
     var partial = sums + sums_bytes(M, N, K, splits)
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
-    residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
-                           M if transpose_a else 1, bits)
+    if not a_ready:
+        residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
+                               M if transpose_a else 1, bits)
     residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
                            1 if transpose_b else N, bits)
     comptime if HAS_ACCELERATOR:
@@ -1451,15 +1475,15 @@ def partials_bytes(ranges: Int, M: Int, N: Int) -> Int:
 
 
 def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool, fused: Bool) -> Int:
-    """Bytes of gemm_exact_ranges_on's workspace: the partials (float32, a range each), then where the ranges run
-    together (ranged_together) the planes of the whole k, the ranges' exponents, their partial maxima and the fused
-    kernel's residues; else one range's residue workspace."""
+    """Bytes of gemm_exact_ranges_on's workspace: the partials (float32, a range each) and, where the ranges run
+    together (ranged_together), the planes of the whole k, the ranges' exponents, their partial maxima and the fused
+    kernel's residues (ranges_fused's layout); else one range's residue workspace."""
     var ranges = (K + range_length - 1) // range_length
     var partials = partials_bytes(ranges, M, N)
     if ranged_together(K, range_length, gpu, fused):
         var moduli = moduli_count(range_length)
-        return (partials + moduli * (M + N) * K + 4 * ranges * (M + N) + 4 * ranges * max(M, N)
-                + fused_scratch_bytes(M, N, K, moduli, ranges))
+        return (moduli * (M + N) * K + exponents_bytes(ranges * M) + exponents_bytes(ranges * N)
+                + exponents_bytes(ranges * max(M, N)) + fused_scratch_bytes(M, N, K, moduli, ranges) + partials)
     var last = K - (ranges - 1) * range_length
     return partials + max(residue_workspace_bytes(M, N, range_length, 0, gpu),
                           residue_workspace_bytes(M, N, last, 0, gpu))
@@ -1467,23 +1491,24 @@ def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool,
 
 def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
     dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
-    range_length: Int,
+    range_length: Int, a_ready: Bool = False,
 ) raises:
     """C (+)= T(P_0, P_1, …) with P_r the exact product of k range r ([r·L, min((r + 1)·L, K)), L = range_length)
     and T the row tree (then C0 added once, as kernels.gemm's k ranges do); `workspace` holds
-    ranged_workspace_bytes(M, N, K, L, dev[].is_gpu(), fused)."""
+    ranged_workspace_bytes(M, N, K, L, dev[].is_gpu(), fused). a_ready (gemm_exact_residues_on's): taken where the
+    ranges run together; one range at a time finds A's planes range by range anyway."""
     comptime if not transpose_a or transpose_b:
         raise Error("gemm_exact: k ranges are for Aᵀ·B products")
     var ranges = (K + range_length - 1) // range_length
     var partials = workspace
-    var rest = workspace + partials_bytes(ranges, M, N)
     if ranged_together(K, range_length, dev[].is_gpu(), fused):
         comptime if HAS_ACCELERATOR and fused:
             if moduli_count(range_length) == 11:
-                ranges_fused[11](dev, partials, a, b, M, N, K, range_length, rest)
+                partials = ranges_fused[11](dev, a, b, M, N, K, range_length, workspace, a_ready)
             else:
-                ranges_fused[12](dev, partials, a, b, M, N, K, range_length, rest)
+                partials = ranges_fused[12](dev, a, b, M, N, K, range_length, workspace, a_ready)
     else:
+        var rest = workspace + partials_bytes(ranges, M, N)
         for r in range(ranges):
             var first = r * range_length
             var length = min(range_length, K - first)
@@ -1502,23 +1527,27 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
 
 
 def ranges_fused[moduli: Int](
-    dev: DevicePtr, partials: Int, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, range_length: Int, workspace: Int
-) raises:
-    """Every range's exact product of an Aᵀ·B product together, into partials[r·M·N …] (GPU, fused kernel): the
-    ranges' exponents and the planes of the whole k cut range by range (residue_planes with the range_length), then
-    one fused launch whose splits are the ranges, each block reconstructing its range's partial."""
+    dev: DevicePtr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, range_length: Int, workspace: Int, a_ready: Bool
+) raises -> Int:
+    """Every range's exact product of an Aᵀ·B product together (GPU, fused kernel): the ranges' exponents and the
+    planes of the whole k cut range by range (residue_planes with the range_length; A's unless a_ready), then one
+    fused launch whose splits are the ranges, each block reconstructing its range's partial. Answers where the
+    partials are (range r's M·N floats at r·M·N): after everything else, so that A's part comes first, whatever N."""
     var ranges = K // range_length
     var bits = bits_per_side(range_length)
-    var a_residues = workspace
-    var b_residues = a_residues + moduli * M * K
-    var a_exponents = b_residues + moduli * N * K
-    var b_exponents = a_exponents + 4 * ranges * M
-    var maxima = b_exponents + 4 * ranges * N
-    var residues = maxima + 4 * ranges * max(M, N)
-    residue_planes[moduli](dev, a_residues, a_exponents, maxima, a, M, K, 1, M, bits, range_length)
+    var a_residues = workspace  # A's part first, as in residue_product
+    var a_exponents = a_residues + moduli * M * K
+    var b_residues = a_exponents + exponents_bytes(ranges * M)
+    var b_exponents = b_residues + moduli * N * K
+    var maxima = b_exponents + exponents_bytes(ranges * N)
+    var residues = maxima + exponents_bytes(ranges * max(M, N))
+    var partials = residues + fused_scratch_bytes(M, N, K, moduli, ranges)
+    if not a_ready:
+        residue_planes[moduli](dev, a_residues, a_exponents, maxima, a, M, K, 1, M, bits, range_length)
     residue_planes[moduli](dev, b_residues, b_exponents, maxima, b, N, K, 1, N, bits, range_length)
     fused_products[moduli](dev, f32_at(partials), a_residues, b_residues, a_exponents, b_exponents, residues, M, N,
                            K, bits, False, ranges, ranges=True)
+    return partials
 
 
 # ---- the CPU's residue form: moduli below 2^12, int16 planes, pairs multiplied and added in int32 ---------------

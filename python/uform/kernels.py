@@ -350,8 +350,10 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     C_t (+)= op(A_t)·op(B_t) for each t (one k, the sizes n_t); summed, one C (+)= op(A_0)·op(B_0), then
     C += op(A_t)·op(B_t) in order (one C and n, the sizes k_t), as ``gemm`` calls with accumulate after the first.
     On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
-    after another (mojo/kernels/gemm.mojo, gemm_group_on; those the exact GEMM's shape rule takes, each by
-    ``gemm``). Layouts and k_range as ``gemm``."""
+    after another (mojo/kernels/gemm.mojo, gemm_group_on). Products the exact GEMM's shape rule takes run one
+    after another too, by ``gemm``, unless all of them are exact, apart and of one A (q, k and v of one input,
+    their weight gradients): then one call, A's residue planes found once on a GPU (gemm_exact_shared_a_on).
+    Layouts and k_range as ``gemm``."""
     terms = len(cs)
     if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
         raise ValueError(f"gemm_group takes 1 to 3 products with one C, A, B, n and k each, got {terms} C")
@@ -371,17 +373,23 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     if any(c.address in inputs for c in cs) or (not summed and len({c.address for c in cs}) != terms):
         raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
                          "of one launch run at once)")
-    if any(gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)):  # the exact GEMM's products run alone
+    exact = [gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
+    one_a = all(a.address == as_[0].address for a in as_)
+    if any(exact) and not (all(exact) and one_a and not summed):  # the exact GEMM's products run alone
         for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
             gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
                  accumulate=accumulate or (summed and t > 0), k_range=k_range)
         return
-    partials = _scratch_bytes(device, nbytes).address if nbytes else 0
+    label = "gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else "")
+    if all(exact):  # the exact products of one A: the largest one's workspace serves each in turn
+        nbytes = max(_gemm_workspace_bytes(m, n, ks[0], bool(transpose_a), int(k_range), device.is_gpu, False)
+                     for n in ns)
+        label += "_exact" + ("_rows" if k_range else "")
+    workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
           [a.address for a in as_], [b.address for b in bs], m, ns[0], ks[0], varying, bool(transpose_a),
-          bool(transpose_b), bool(accumulate), partials, int(k_range),
-          label="gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else ""))
+          bool(transpose_b), bool(accumulate), workspace, int(k_range), label=label)
 
 
 # ---- rows ------------------------------------------------------------------------------------
