@@ -55,12 +55,16 @@ def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transp
         assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
 
 
-@pytest.mark.parametrize("transpose_a,transpose_b,k_range", [(False, False, 0), (True, False, 0), (False, True, 0),
-                                                          (True, False, 512)])
-def test_exact_products_of_one_a_group_with_each_products_bits(device, transpose_a, transpose_b, k_range):
+@pytest.mark.parametrize("transpose_a,transpose_b,k_range,m,sizes", [
+    (False, False, 0, 520, (512, 520, 640)), (True, False, 0, 520, (512, 520, 640)),
+    (False, True, 0, 520, (512, 520, 640)), (True, False, 512, 520, (512, 520, 640)),
+    (False, False, 0, 517, (1030, 515, 513)),  # no size a multiple of 4 (the exponents padded), the widest first
+    (True, False, 512, 517, (1030, 515, 513)),
+])
+def test_exact_products_of_one_a_group_with_each_products_bits(device, transpose_a, transpose_b, k_range, m, sizes):
     """Exact products apart of one A (q, k and v of one input; their weight gradients by rows), which a group runs
     with A's residue planes found once on a GPU: each product's bits launched alone, onto its C0."""
-    m, k, sizes = 520, 1024, (512, 520, 640)
+    k = 1024
     rng = np.random.default_rng(11)
     a = device.put(rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32))
     bs = [device.put(rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)) for n in sizes]

@@ -775,9 +775,9 @@ def exponent_blocks(K: Int) -> Int:
 
 
 def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> Int:
-    """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU), the plane
-    products' sums, the exponents and the partial maxima of a transposed operand's lines (`splits` as
-    gemm_exact_residues_on takes it)."""
+    """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU) and the exponents
+    (exponents_bytes) of both operands, the plane products' sums and the partial maxima of a transposed operand's
+    lines (`splits` as gemm_exact_residues_on takes it; on a GPU in residue_product's order, A's part first)."""
     var planes: Int
     if gpu:
         planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
@@ -810,8 +810,9 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     (wide_residue_product: the same bits). A positive range_length below K (Aᵀ·B only) cuts k into ranges, a
     product each, combined by the row tree (gemm_exact_ranges_on; the workspace then holds
     ranged_workspace_bytes). a_ready: the workspace already holds A's planes and exponents, as the previous product
-    of the same A, M, K and range_length left them (A's part of the workspace comes first, whatever N); a GPU then
-    skips them (gemm_exact_shared_a_on), elsewhere it finds them again."""
+    of the same A, layout, M, K and range_length left them (A's part of the workspace comes first, whatever N): a
+    GPU then skips them where it finds them for the whole product at once (unranged, or ranges run together:
+    gemm_exact_shared_a_on); the CPU, and ranges one at a time, find them again."""
     if (range_length if 0 < range_length < K else K) > MAX_K:
         raise Error("gemm_exact: k = ", K, " (in ranges of ", range_length, ") passes the definition's ", MAX_K)
     if 0 < range_length < K:
@@ -847,7 +848,6 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
     """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes (A's unless
     a_ready), their products on the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
     var bits = bits_per_side(K)
-    var chunks = (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
     var a_residues = workspace  # A's part first, so that products of one A and any N find it at the same place
     var a_exponents = a_residues + moduli * M * padded(K)
     var b_residues = a_exponents + exponents_bytes(M)
@@ -1469,8 +1469,8 @@ def ranged_together(K: Int, range_length: Int, gpu: Bool, fused: Bool) -> Bool:
 
 
 def partials_bytes(ranges: Int, M: Int, N: Int) -> Int:
-    """Bytes of the ranges' float32 partials, rounded up to 256 so that the planes after them keep the 16-byte
-    alignment their vector stores and copies need."""
+    """Bytes of the ranges' float32 partials, rounded up to 256 so that, one range at a time, the planes after them
+    keep the 16-byte alignment their vector stores and copies need (run together, the partials come last)."""
     return (4 * ranges * M * N + 255) // 256 * 256
 
 

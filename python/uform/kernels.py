@@ -352,7 +352,8 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
     after another (mojo/kernels/gemm.mojo, gemm_group_on). Products the exact GEMM's shape rule takes run one
     after another too, by ``gemm``, unless all of them are exact, apart and of one A (q, k and v of one input,
-    their weight gradients): then one call, A's residue planes found once on a GPU (gemm_exact_shared_a_on).
+    their weight gradients): then one call, which on a GPU finds A's residue planes once where it finds them for a
+    whole product (gemm_exact_shared_a_on: unranged, or k ranges of whole stages run together).
     Layouts and k_range as ``gemm``."""
     terms = len(cs)
     if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
@@ -363,6 +364,7 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         raise ValueError("gemm_group: products apart share k")
     _check_k_range("gemm_group", k_range, transpose_a)
     device, nbytes = None, 0  # the largest workspace of the products' fma chains (a product cut into k ranges)
+    # (exact products of one A take the largest of their exact workspaces instead, below)
     for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
         on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
         if device is not None and on is not device:
