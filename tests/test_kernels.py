@@ -121,7 +121,13 @@ def test_gemm_group_refuses_bad_groups_before_any_product(device):
     square = device.put(np.full((8, 8), 7.0, np.float32))
     with pytest.raises(ValueError, match="apart from every A and B"):
         K.gemm_group([square], [square], [device.put(np.ones((8, 8), np.float32))], 8, [8], [8])  # C read as A
-    assert all((c.numpy() == 7.0).all() for c in (*cs, square))
+    whole = device.put(np.full(2 * m * 512, 7.0, np.float32))
+    inside = whole.view(m * 512 - 8, (m, 512))  # a C that starts inside the other C and runs past it
+    with pytest.raises(ValueError, match="each C must be a buffer of its own"):
+        K.gemm_group([whole.view(0, (m, 512)), inside], [a, a], [b, b], m, [512, 512], [k, k])
+    with pytest.raises(ValueError, match="apart from every A and B"):  # a C that starts inside A
+        K.gemm_group([cs[0], inside], [a, whole.view(0, (m, k))], [b, b], m, [512, 512], [k, k])
+    assert all((c.numpy() == 7.0).all() for c in (*cs, square, whole))
 
 
 ATTENTION_CASES = [c for c in all_cases() if c[0].startswith("attention-")]

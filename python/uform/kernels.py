@@ -207,6 +207,11 @@ def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: in
     return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu), bool(fma_only)))
 
 
+def _overlap(x: Buffer, y: Buffer) -> bool:
+    """Whether two buffers (or views) of one device share any byte."""
+    return x.address < y.address + y.nbytes and y.address < x.address + x.nbytes
+
+
 def _gemm_operands(what: str, c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int,
                    transpose_a: bool, transpose_b: bool, a16: Buffer | None = None, b16: Buffer | None = None):
     """The device of a product's operands, after checking its form and their sizes (and those of the bf16 copies
@@ -371,8 +376,9 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
             raise ValueError(f"gemm_group: products on different devices: {device.name} and {on.name}")
         device = on
         nbytes = max(nbytes, _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, True))
-    inputs = {buffer.address for buffer in (*as_, *bs)}
-    if any(c.address in inputs for c in cs) or (not summed and len({c.address for c in cs}) != terms):
+    distinct_cs = cs[:1] if summed else cs
+    if any(_overlap(c, x) for c in distinct_cs for x in (*as_, *bs)) or \
+            any(_overlap(c, d) for i, c in enumerate(distinct_cs) for d in distinct_cs[i + 1:]):
         raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
                          "of one launch run at once)")
     exact = [gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
