@@ -368,14 +368,12 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     if not summed and len(set(ks)) != 1:
         raise ValueError("gemm_group: products apart share k")
     _check_k_range("gemm_group", k_range, transpose_a)
-    device, nbytes = None, 0  # the largest workspace of the products' fma chains (a product cut into k ranges)
-    # (exact products of one A take the largest of their exact workspaces instead, below)
+    device = None
     for c, a, b, n, k in zip(cs, as_, bs, ns, ks):
         on = _gemm_operands("gemm_group", c, a, b, m, n, k, transpose_a, transpose_b)
         if device is not None and on is not device:
             raise ValueError(f"gemm_group: products on different devices: {device.name} and {on.name}")
         device = on
-        nbytes = max(nbytes, _gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, True))
     distinct_cs = cs[:1] if summed else cs
     if any(_overlap(c, x) for c in distinct_cs for x in (*as_, *bs)) or \
             any(_overlap(c, d) for i, c in enumerate(distinct_cs) for d in distinct_cs[i + 1:]):
@@ -389,10 +387,12 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
                  accumulate=accumulate or (summed and t > 0), k_range=k_range)
         return
     label = "gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else "")
-    if all(exact):  # the exact products of one A: the largest one's workspace serves each in turn
-        nbytes = max(_gemm_workspace_bytes(m, n, ks[0], bool(transpose_a), int(k_range), device.is_gpu, False)
-                     for n in ns)
+    if all(exact):
         label += "_exact" + ("_rows" if k_range else "")
+    # the largest workspace of the products, which serves each in turn: the exact GEMM's for exact products of
+    # one A, else their fma chains' partial sums (a product cut into k ranges)
+    nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, not all(exact))
+                 for n, k in zip(ns, ks))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
