@@ -147,6 +147,7 @@ def row_max_of[warp: Bool](p: F32Ptr, n: Int, lane: Int) -> Float32:
 
 
 comptime TREE_DEPTH = 64  # partial sums a tree_reduce holds at once: enough for 2^63 values
+comptime TREE_CHUNK = 8  # values tree_reduce reads at once and adds in registers: an aligned block of the tree
 
 
 @always_inline
@@ -155,18 +156,37 @@ def tree_reduce[w: SIMDLength, F: def(Int) -> SIMD[DType.float32, w]](value: F, 
     after value(i) is pushed, the stack holds the sums of the aligned blocks that make up [0, i], largest first
     (the set bits of i + 1); each trailing one bit of i merges the new value with the block below it. At the
     end the blocks fold from the smallest: T(0..n) = B_0 + (B_1 + (… + B_last)), which is the tree's split.
-    The w lanes are w independent sums, each exactly as w = 1 computes it (the CPU takes 8 outputs a call)."""
+    The w lanes are w independent sums, each exactly as w = 1 computes it (the CPU takes 8 outputs a call).
+    Whole aligned blocks of TREE_CHUNK values are read at once and summed in registers, their own pairwise tree,
+    then pushed as one value with the block's index as the counter: the merges pushing them one by one would
+    make, in the same order. So the stack (which a GPU keeps in local memory: it is indexed at run time) is
+    touched once a block, and a block's reads are in flight together."""
     var stack = Array[SIMD[DType.float32, w], TREE_DEPTH](fill=0)
     var depth = 0
-    for i in range(n):
-        var x = value(i)
-        var bits = i
+
+    @always_inline
+    def push(x: SIMD[DType.float32, w], counter: Int) {mut stack, mut depth}:
+        var merged = x
+        var bits = counter
         while bits & 1:
             depth -= 1
-            x = stack[depth] + x
+            merged = stack[depth] + merged
             bits >>= 1
-        stack[depth] = x
+        stack[depth] = merged
         depth += 1
+
+    comptime assert TREE_CHUNK == 1 << 3, "a block's tree below takes three levels"
+    var blocks = n // TREE_CHUNK
+    for block in range(blocks):
+        var v = Array[SIMD[DType.float32, w], TREE_CHUNK](fill=0)
+        comptime for j in range(TREE_CHUNK):
+            v[j] = value(block * TREE_CHUNK + j)
+        comptime for level in range(1, 4):  # TREE_CHUNK = 2^3: pairs, then quads, then the block
+            comptime for j in range(TREE_CHUNK >> level):
+                v[j] = v[2 * j] + v[2 * j + 1]
+        push(v[0], block)
+    for i in range(blocks * TREE_CHUNK, n):
+        push(value(i), i)
     var total = stack[depth - 1]
     for level in range(depth - 2, -1, -1):
         total = stack[level] + total

@@ -330,27 +330,31 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
 comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
-comptime EXPONENT_READS = 8  # loads line_exponents keeps in flight a thread
+comptime EXPONENT_READS = 8  # loads largest_magnitude keeps in flight a thread
+
+
+@always_inline
+def largest_magnitude(x: F32Ptr, begin: Int, end: Int, stride: Int, step: Int) -> UInt32:
+    """The bits of the largest magnitude among elements begin, begin + stride, … below `end` of a line (element i
+    at x[i·step]). The reads go EXPONENT_READS at a time into as many maxima, so that a GPU thread has that many
+    loads in flight; a maximum of bit patterns, so any order gives the same bits."""
+    var maxima = SIMD[DType.uint32, EXPONENT_READS](0)
+    var i = begin
+    while i + (EXPONENT_READS - 1) * stride < end:
+        comptime for j in range(EXPONENT_READS):
+            maxima[j] = max(maxima[j], bitcast[DType.uint32](x.unsafe_load((i + j * stride) * step)) & 0x7FFFFFFF)
+        i += EXPONENT_READS * stride
+    for rest in range(i, end, stride):
+        maxima[0] = max(maxima[0], bitcast[DType.uint32](x.unsafe_load(rest * step)) & 0x7FFFFFFF)
+    return maxima.reduce_max()
 
 
 def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
     """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
     caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
-    shuffles (a maximum of bit patterns, so any order gives the same e). The reads go EXPONENT_READS at a time
-    into as many maxima, so that a GPU thread has that many loads in flight."""
-    var length = args.size(0)
+    shuffles (a maximum of bit patterns, so any order gives the same e)."""
     var x = args.f32(1).unsafe_offset(line * args.size(1))
-    var step = args.size(2)
-    var stride = row_stride[warp]()
-    var maxima = SIMD[DType.uint32, EXPONENT_READS](0)
-    var i = lane
-    while i + (EXPONENT_READS - 1) * stride < length:
-        comptime for j in range(EXPONENT_READS):
-            maxima[j] = max(maxima[j], bitcast[DType.uint32](x.unsafe_load((i + j * stride) * step)) & 0x7FFFFFFF)
-        i += EXPONENT_READS * stride
-    for rest in range(i, length, stride):
-        maxima[0] = max(maxima[0], bitcast[DType.uint32](x.unsafe_load(rest * step)) & 0x7FFFFFFF)
-    var largest = maxima.reduce_max()
+    var largest = largest_magnitude(x, lane, args.size(0), row_stride[warp](), args.size(2))
     comptime if warp:
         comptime for level in range(5):
             largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
@@ -374,10 +378,7 @@ def partial_maxima(task: Int, args: Args):
     var line = task % lines
     var first = task // lines * block
     var x = args.f32(1).unsafe_offset(line * args.size(1))
-    var largest = UInt32(0)
-    for i in range(first, min(length, first + block)):
-        largest = max(largest, bitcast[DType.uint32](x.unsafe_load(i * step)) & 0x7FFFFFFF)
-    args.i32(0).unsafe_store(task, Int32(largest))
+    args.i32(0).unsafe_store(task, Int32(largest_magnitude(x, first, min(length, first + block), 1, step)))
 
 
 comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
