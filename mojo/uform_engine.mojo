@@ -290,39 +290,50 @@ def product_group(
     return PythonObject(None)
 
 
+struct GroupSlots(Movable):
+    """The operands of a group of products, from the slots product_group fills: each term's C, A and B, its varying
+    size (N_t apart, K_t summed), and the flags (terms, summed, accumulate)."""
+
+    comptime T = gemm.GROUP_TERMS
+    var c: Array[F32Ptr, Self.T]
+    var a: Array[F32Ptr, Self.T]
+    var b: Array[F32Ptr, Self.T]
+    var sizes: Array[Int, Self.T]
+    var terms: Int
+    var summed: Bool
+    var accumulate: Bool
+
+    def __init__(out self, args: Args):
+        self.c = Array[F32Ptr, Self.T](fill=args.f32(0))
+        self.a = Array[F32Ptr, Self.T](fill=args.f32(Self.T))
+        self.b = Array[F32Ptr, Self.T](fill=args.f32(2 * Self.T))
+        self.sizes = Array[Int, Self.T](fill=0)
+        comptime for t in range(Self.T):
+            self.c[t] = args.f32(t)
+            self.a[t] = args.f32(Self.T + t)
+            self.b[t] = args.f32(2 * Self.T + t)
+            self.sizes[t] = args.size(3 + t)
+        var flags = args.size(6)
+        self.terms = flags & 3
+        self.summed = (flags >> 2) & 1 != 0
+        self.accumulate = (flags >> 3) & 1 != 0
+
+
 def launch_exact_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
     """A group of exact products of one A (n is 1) as a launcher, from the slots product_group fills."""
-    comptime T = gemm.GROUP_TERMS
-    var c = Array[F32Ptr, T](fill=args.f32(0))
-    var b = Array[F32Ptr, T](fill=args.f32(2 * T))
-    var widths = Array[Int, T](fill=0)
-    comptime for t in range(T):
-        c[t] = args.f32(t)
-        b[t] = args.f32(2 * T + t)
-        widths[t] = args.size(3 + t)
-    var flags = args.size(6)
-    gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, T](
-        dev, c, args.f32(T), b, args.size(0), widths, flags & 3, args.size(2), (flags >> 3) & 1 != 0,
-        Int(args.addresses[3 * T]), args.size(7),
+    var group = GroupSlots(args)
+    gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, GroupSlots.T](
+        dev, group.c, group.a[0], group.b, args.size(0), group.sizes, group.terms, args.size(2), group.accumulate,
+        Int(args.addresses[3 * GroupSlots.T]), args.size(7),
     )
 
 
 def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
     """A group of products (n is 1) as a launcher, from the slots product_group fills."""
-    comptime T = gemm.GROUP_TERMS
-    var c = Array[F32Ptr, T](fill=args.f32(0))
-    var a = Array[F32Ptr, T](fill=args.f32(T))
-    var b = Array[F32Ptr, T](fill=args.f32(2 * T))
-    var x = Array[Int, T](fill=0)
-    comptime for t in range(T):
-        c[t] = args.f32(t)
-        a[t] = args.f32(T + t)
-        b[t] = args.f32(2 * T + t)
-        x[t] = args.size(3 + t)
-    var flags = args.size(6)
+    var group = GroupSlots(args)
     gemm.gemm_group_on[transpose_a, transpose_b](
-        dev, flags & 3, (flags >> 2) & 1 != 0, c, a, b, args.size(0), args.size(1), args.size(2), x,
-        (flags >> 3) & 1 != 0, args.f32(3 * T), args.size(7),
+        dev, group.terms, group.summed, group.c, group.a, group.b, args.size(0), args.size(1), args.size(2),
+        group.sizes, group.accumulate, args.f32(3 * GroupSlots.T), args.size(7),
     )
 
 
