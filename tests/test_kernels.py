@@ -148,6 +148,78 @@ def test_attention_by_rows_gives_the_teams_bits(device, monkeypatch, name, case,
         assert differing == 0, f"{name}/{output_name}: {differing} of {teams.size} values differ"
 
 
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_backward_with_kept_score_gradients_gives_the_same_bits(device, monkeypatch, name, case, kwargs):
+    """The dq kernel reading the dk/dv kernel's ds from d_scores gives the bits of computing them again: every
+    attention case with span_limit the sequence's length (every tile reads them), and with a limit that keeps
+    some spans and not others (tiles of both kinds in one launch), against none."""
+    monkeypatch.setenv("UFORM_ATTENTION", "teams")
+    seed = zlib.crc32(name.encode())
+    outputs = {limit: case(device, seed=seed, **kwargs, span_limit=limit)
+               for limit in (0, kwargs["seq_len"], max(kwargs["seq_len"] // 3, 1))}
+    for limit in outputs:
+        for output_name, (got, *_) in outputs[limit].items():
+            expected = outputs[0][output_name][0]
+            differing = int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
+            assert differing == 0, f"{name}/{output_name}, span_limit {limit}: {differing} of {got.size} values differ"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_keeps_the_score_gradient_of_each_pair_a_query_sees(device, monkeypatch, causal):
+    """d_scores after the backward: ds_ij = p_ij (dp_ij − δ_i) (float64 reference) at query i's row, key j's offset
+    in i's span, for each pair the query sees, of the spans no longer than span_limit; every other slot untouched
+    (the NaN it was filled with). Two sequences of 100 tokens, and segments of 30 and 70 in the second."""
+    monkeypatch.setenv("UFORM_ATTENTION", "teams")
+    rng = np.random.default_rng(3 + causal)
+    tokens, heads, head_dim, limit = 200, 2, 16, 64
+    q, k, v, d_out = attention_inputs(rng, tokens, heads, 1, head_dim)
+    spans = K.attention_spans(tokens, 100, np.r_[np.zeros(100), np.ones(30), np.full(70, 2)].astype(np.int32))
+    geometry = dict(heads=heads, kv_heads=1, head_dim=head_dim, causal=causal, spans=device.put(spans))
+    qb, kb, vb = device.put(q), device.put(k), device.put(v)
+    o, lse = device.empty(q.shape), device.empty((tokens, heads))
+    K.attention_forward(o, lse, qb, kb, vb, **geometry)
+    d_scores = device.put(np.full((tokens, heads, limit), np.nan, np.float32))
+    K.attention_backward(device.empty(q.shape), device.empty(k.shape), device.empty(v.shape), device.put(d_out), o,
+                         lse, qb, kb, vb, **geometry, d_scores=d_scores, span_limit=limit)
+    expected = np.full((tokens, heads, limit), np.nan)
+    o64 = o.numpy().astype(np.float64)
+    for begin, end in {tuple(span) for span in spans}:
+        if end - begin > limit:
+            continue
+        for h in range(heads):
+            cols = slice(h * head_dim, (h + 1) * head_dim)
+            qs, ks, vs = (x[begin:end, c].astype(np.float64) for x, c in ((q, cols), (k, slice(0, head_dim)),
+                                                                         (v, slice(0, head_dim))))
+            scores = qs @ ks.T / np.sqrt(head_dim)
+            if causal:
+                scores[np.triu_indices(end - begin, 1)] = -np.inf
+            p = np.exp(scores - scores.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            do = d_out[begin:end, cols].astype(np.float64)
+            ds = p * (do @ vs.T - (do * o64[begin:end, cols]).sum(1, keepdims=True))
+            seen = np.tril(np.ones((end - begin,) * 2, bool)) if causal else np.ones((end - begin,) * 2, bool)
+            expected[begin:end, h, :end - begin] = np.where(seen, ds, np.nan)
+    got = d_scores.numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(expected)) and np.isfinite(expected).sum() > 0
+    assert np.allclose(got[~np.isnan(got)], expected[~np.isnan(expected)], rtol=0, atol=1e-5)
+
+
+def test_attention_backward_refuses_a_d_scores_that_does_not_fit(device):
+    """d_scores must hold tokens · heads · span_limit floats, and span_limit and d_scores come together: each
+    refused, naming it, before any launch (dq keeps its values)."""
+    rng = np.random.default_rng(2)
+    q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, 8, 2, 1, 16))
+    dq, dk, dv = device.put(np.full((8, 32), 7.0, np.float32)), device.empty((8, 16)), device.empty((8, 16))
+    o, lse = device.empty((8, 32)), device.empty((8, 2))
+    geometry = dict(spans=device.put(K.attention_spans(8, 8)), heads=2, kv_heads=1, head_dim=16, causal=False)
+    for kept, message in ((dict(d_scores=device.empty(63), span_limit=4), "d_scores must hold 64 values, holds 63"),
+                          (dict(d_scores=device.empty(64)), "d_scores needs a span_limit of at least 1, got 0"),
+                          (dict(span_limit=4), "span_limit 4 needs a d_scores workspace")):
+        with pytest.raises(ValueError, match=message):
+            K.attention_backward(dq, dk, dv, d_out, o, lse, q, k, v, **geometry, **kept)
+    assert (dq.numpy() == 7.0).all()
+
+
 def test_an_unknown_attention_form_is_refused(device, monkeypatch):
     """UFORM_ATTENTION other than rows or teams is refused, naming it, before any launch."""
     monkeypatch.setenv("UFORM_ATTENTION", "row")

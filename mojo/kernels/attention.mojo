@@ -38,6 +38,14 @@ at a time, each as a vector lane: `team_score_products`, `team_output_products`)
 skipped by that thread; a tile's forward walks each run of rows sharing a span separately, in the
 blocks of that span.
 Every attention kernel reads the one interface ATTENTION, by the names of `Attention`.
+
+The backward's score gradients, kept. With a d_scores workspace (span_limit > 0), the dk/dv kernel, which
+computes every ds_ij, writes each one that a query sees into the query's row of span_limit floats (a head each),
+for the queries whose span has at most span_limit tokens (keep_score_gradients); the dq kernel then stages those
+values into its panel (stage_score_gradients) instead of computing s, p and dp again: two of its three products.
+They are the values query_weights computes, bit for bit (s and dp are the same fma chains with the operands of
+each product swapped, p and ds the same operations), so dq keeps its bits; a query tile holding a query whose span
+is longer computes them as before.
 """
 
 from std.collections import Array
@@ -63,7 +71,7 @@ comptime SCRATCH = TILE * LINE + PANEL + 2 * EXCHANGE  # shared floats of a team
 comptime UNROLL = 8  # steps of the inner products unrolled
 
 comptime ATTENTION = Interface(
-    "o lse q k v spans d_out delta dq dk dv", "tokens heads kv_heads head_dim causal", "scale"
+    "o lse q k v spans d_out delta dq dk dv d_scores", "tokens heads kv_heads head_dim causal span_limit", "scale"
 )
 
 comptime Vec = SIMD[DType.float32, 4]
@@ -72,7 +80,9 @@ comptime Vec = SIMD[DType.float32, 4]
 struct Attention(ImplicitlyCopyable, Movable):
     """The operands of the attention kernels, by name. Rows: q, o, d_out, dq [N, Hq·D]; k, v, dk, dv
     [N, Hkv·D]; lse and delta [N, Hq]; spans int32 [N, 2]. The forward reads q, k, v, spans and writes o
-    and lse; the backward also reads d_out and delta and writes the gradient its kernel computes."""
+    and lse; the backward also reads d_out and delta and writes the gradient its kernel computes. d_scores
+    (absent when span_limit is 0) keeps ds_ij between the backward's two team kernels: query i's row of
+    span_limit floats a head, for the queries whose span holds at most span_limit tokens (kept_row)."""
 
     var o: F32Ptr
     var lse: F32Ptr
@@ -85,11 +95,13 @@ struct Attention(ImplicitlyCopyable, Movable):
     var dq: F32Ptr
     var dk: F32Ptr
     var dv: F32Ptr
+    var d_scores: F32Ptr
     var tokens: Int
     var heads: Int
     var kv_heads: Int
     var head_dim: Int
     var causal: Bool
+    var span_limit: Int
     var scale: Float32
 
     @always_inline
@@ -105,11 +117,13 @@ struct Attention(ImplicitlyCopyable, Movable):
         self.dq = args.f32(8)
         self.dk = args.f32(9)
         self.dv = args.f32(10)
+        self.d_scores = args.f32(11)
         self.tokens = args.size(0)
         self.heads = args.size(1)
         self.kv_heads = args.size(2)
         self.head_dim = args.size(3)
         self.causal = args.flag(4)
+        self.span_limit = args.size(5)
         self.scale = args.scalar(0)
 
     @always_inline
@@ -127,6 +141,37 @@ struct Attention(ImplicitlyCopyable, Movable):
         """The queries [begin, end) that see key token (empty for padding)."""
         var span = self.span(token)
         return (max(span[0], token) if self.causal else span[0], span[1])
+
+    @always_inline
+    def keeps_scores_of(self, query: Int) -> Bool:
+        """Whether d_scores keeps the ds of query `query` (a token below `tokens`): span_limit is set and the
+        query's span has at most span_limit tokens."""
+        var span = self.span(query)
+        return self.span_limit > 0 and span[1] - span[0] <= self.span_limit
+
+    @always_inline
+    def kept_row(self, query: Int, head: Int) -> KeptRow:
+        """Where d_scores keeps the ds of query `query` (below `tokens`) at `head`: its row of span_limit floats,
+        each key the query sees at its offset from the start of the query's span; none where keeps_scores_of is
+        false."""
+        var keys = self.keys_of(query)
+        if not self.keeps_scores_of(query):
+            return KeptRow(0, 0, 0)
+        return KeptRow((query * self.heads + head) * self.span_limit - self.span(query)[0], keys[0], keys[1])
+
+
+@fieldwise_init
+struct KeptRow(ImplicitlyCopyable, Movable):
+    """One query's row of d_scores at one head: key j's ds at slot origin + j, for the keys [low, high) it sees."""
+
+    var origin: Int
+    var low: Int
+    var high: Int
+
+    @always_inline
+    def slot(self, key: Int) -> Int:
+        """Where the row keeps key `key`'s ds, or −1 where it keeps none."""
+        return self.origin + key if self.low <= key and key < self.high else -1
 
 
 # ---- sizes per head dimension ---------------------------------------------------------------------------
@@ -714,6 +759,29 @@ def key_weights[D: Int, space: AddressSpace](
     write_weights(panel, thread.s, tr, tc)
 
 
+@always_inline
+def keep_score_gradients[space: AddressSpace](
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], at: Attention, head: Int, start: Int,
+    base: Int, tid: Int,
+):
+    """Thread tid's share of the block's ds, from the row panel as write_weights left it in dk/dv (lines: queries
+    base …, positions: the tile's keys start …), into d_scores (kept_row: each pair a query sees, of the queries
+    whose ds it keeps). Warp w takes the lines 8w … 8w + 7, lane l the keys l and l + 32 of each: a warp reads 32
+    consecutive floats of a line and writes 32 consecutive floats of a query's row, and finds each query's span
+    once."""
+    var lane = tid % 32
+    comptime for m in range(TILE * TILE // TEAM // 2):
+        var line = 8 * (tid // 32) + m
+        var query = base + line
+        if query < at.tokens:
+            var row = at.kept_row(query, head)
+            comptime for half in range(2):
+                var position = lane + 32 * half
+                var slot = row.slot(start + position)
+                if slot >= 0:
+                    at.d_scores.unsafe_store(slot, panel.unsafe_load(line * LINE + position))
+
+
 def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
@@ -761,6 +829,9 @@ def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
                     write_weights(rows, team[p].t, tid // GROUPS, tid % GROUPS)
                 stage_values[chunk_of[D]()](columns, at.q, q_stride, head * D, base, at.tokens, tid)
             sync[played]()
+            if at.span_limit > 0:  # kept for the dq kernel, which reads them instead of recomputing them
+                for p in range(played):
+                    keep_score_gradients(rows, at, head, start, base, first + p)
             block_products[D, True](team, first, base, rows, columns, at.q, q_stride, head * D, at.tokens)
             base += TILE
     for p in range(played):
@@ -793,6 +864,27 @@ def query_weights[D: Int, space: AddressSpace](
     write_weights(panel, thread.t, tr, tc)
 
 
+@always_inline
+def stage_score_gradients[space: AddressSpace](
+    panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], at: Attention, head: Int, start: Int,
+    base: Int, tid: Int,
+):
+    """Thread tid's share of the block's ds for dq, from d_scores into the row panel as query_weights would write
+    it (lines: keys base …, positions: the tile's queries start …; 0 where a query does not see the key). Warp w
+    takes the queries start + 8w … start + 8w + 7, lane l of them 8w + l ÷ 8 and 8w + 4 + l ÷ 8, each at the keys
+    base + l mod 8 + 8m: a warp reads 8 consecutive floats of each of 4 query rows (whole 32-byte sectors) and
+    writes 32 distinct banks of the panel, and a thread finds its two queries' spans once."""
+    var lane = tid % 32
+    comptime for half in range(2):
+        var row = 8 * (tid // 32) + 4 * half + lane // 8
+        var query = start + row
+        var kept = at.kept_row(query, head) if query < at.tokens else KeptRow(0, 0, 0)
+        comptime for m in range(TILE * TILE // TEAM // 2):
+            var line = lane % 8 + 8 * m
+            var slot = kept.slot(base + line)
+            panel.unsafe_store(line * LINE + row, at.d_scores.unsafe_load(slot) if slot >= 0 else Float32(0))
+
+
 def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
@@ -818,20 +910,27 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
                 team[p].l[a] = at.delta.unsafe_load(t * at.heads + head)
     var low = at.tokens
     var high = 0
+    var kept = at.span_limit > 0  # whether d_scores keeps the ds of every query of the tile
     for r in range(min(TILE, at.tokens - start)):
         var keys = at.keys_of(start + r)
         if keys[0] < keys[1]:
             low = min(low, keys[0])
             high = max(high, keys[1])
+            kept = kept and at.keeps_scores_of(start + r)
     var base = low
     while base < high:
-        block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
-                               at.k, kv_stride, kv * D, at.tokens)
-        block_scores[D, True](team, first, base, rows, columns, at.d_out, q_stride, head * D, start,
-                              at.v, kv_stride, kv * D, at.tokens)
-        for p in range(played):
-            query_weights(team[p], first + p, base, at.scale, rows)
-            stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
+        if kept:  # the dk/dv kernel's ds: the values query_weights would compute, bit for bit
+            for p in range(played):
+                stage_score_gradients(rows, at, head, start, base, first + p)
+                stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
+        else:
+            block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
+                                   at.k, kv_stride, kv * D, at.tokens)
+            block_scores[D, True](team, first, base, rows, columns, at.d_out, q_stride, head * D, start,
+                                  at.v, kv_stride, kv * D, at.tokens)
+            for p in range(played):
+                query_weights(team[p], first + p, base, at.scale, rows)
+                stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
         sync[played]()
         block_products[D, False](team, first, base, rows, columns, at.k, kv_stride, kv * D, at.tokens)
         base += TILE

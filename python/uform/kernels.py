@@ -607,11 +607,18 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
-                       causal: bool, delta: Buffer | None = None, fast: bool = False) -> None:
+                       causal: bool, delta: Buffer | None = None, d_scores: Buffer | None = None,
+                       span_limit: int = 0, fast: bool = False) -> None:
     """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace):
     δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head;
     by rows (``_attention_form``), one launch: a row per key and kv head (dk, dv), then per query and head (dq),
     each computing the δ it reads (delta is not used).
+
+    d_scores (a [tokens, heads, span_limit] workspace, with span_limit ≥ 1): the dk/dv kernel keeps there the
+    score gradients ds_ij of every query whose span holds at most span_limit tokens, and the dq kernel reads them
+    instead of computing the scores, the probabilities and dO·v again (two of its three products) for every tile
+    of such queries: the same values, so the same bits (a tile with a longer span computes them as without
+    d_scores). The forms by rows and fast mode do not use it.
 
     fast: as in attention_forward (on a GPU and a supported head dim, the bf16 kernels after the same fp32 δ;
     otherwise the identical kernels). o and lse may come from either mode's forward."""
@@ -619,10 +626,16 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
     _expect_aligned(v, dq, dk, dv, d_out, o)
+    if d_scores is not None:
+        if span_limit < 1:
+            raise ValueError(f"attention_backward: d_scores needs a span_limit of at least 1, got {span_limit}")
+        _expect(d_scores, "d_scores", tokens * heads * span_limit)
+    elif span_limit:
+        raise ValueError(f"attention_backward: span_limit {span_limit} needs a d_scores workspace")
     form = _attention_form(fast, q.device, tokens, heads, head_dim)
     # The kernels share one interface: each reads its inputs and writes its own output.
-    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, dq=dq, dk=dk, dv=dv,
-                    **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
+    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, dq=dq, dk=dk, dv=dv, d_scores=d_scores,
+                    span_limit=span_limit, **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
     if form == "rows":
         _launch("attention_backward_rows", tokens * (kv_heads + heads), **operands)
         return

@@ -100,6 +100,12 @@ class LayerActivations:
                    m=fp32((n, g.width)), rstd2=device.empty(n), u=device.empty((n, g.mlp)), s=fp32((n, g.mlp)))
 
 
+# The largest workspace a stack keeps attention's score gradients in, on a GPU and on the CPU: with it the dq
+# kernel reads the dk/dv kernel's ds instead of computing them again, with the same bits
+# (kernels.attention_backward); without it, for n · heads · span_limit floats past this, it computes them.
+D_SCORES_BYTES = {True: 8 << 30, False: 1 << 30}
+
+
 @dataclass
 class StackWork:
     """The stack's output and the scratch its passes share across blocks, over n tokens.
@@ -120,15 +126,20 @@ class StackWork:
     delta: Buffer
     du: Buffer | None
     ds: Buffer
+    d_scores: Buffer | None
 
     @classmethod
-    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool, row_length: int = 0) -> StackWork:
+    def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool, row_length: int = 0,
+                 span_limit: int = 0) -> StackWork:
+        kept = n * g.heads * span_limit
+        fits = not fast and 0 < 4 * kept <= D_SCORES_BYTES[device.is_gpu]
         return cls(h_out=device.empty((n, g.width)), dh=device.empty((n, g.width)), dx=device.empty((n, g.width)),
                    scratch=device.empty((n, g.width)), dgain_rows=device.empty((n, g.width)),
                    partial=K.column_sum_workspace(device, n, g.width, row_length), dq=device.empty((n, g.q_width)),
                    dk=device.empty((n, g.kv_width)), dv=device.empty((n, g.kv_width)), do=device.empty((n, g.q_width)),
                    delta=device.empty((n, g.heads)), du=None if fast else device.empty((n, g.mlp)),
-                   ds=device.empty((n, g.mlp)))
+                   ds=device.empty((n, g.mlp)), d_scores=device.empty(kept) if fits else None)
+
 
 
 def bf16_buffer(device: Device, shape: tuple[int, ...], fast: bool) -> Buffer | None:
@@ -205,6 +216,7 @@ class TransformerStack:
         self.geometry = geometry
         self.fast = fast
         self.row_length = row_length
+        self.span_limit = max_positions  # no span is longer than a sequence, or a packed row
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
@@ -213,7 +225,7 @@ class TransformerStack:
     def _allocate(self, n: int) -> StackBuffers:
         g, d = self.geometry, self.device
         return StackBuffers(layers=[LayerActivations.allocate(d, g, n, self.fast) for _ in range(g.layers)],
-                            work=StackWork.allocate(d, g, n, self.fast, self.row_length),
+                            work=StackWork.allocate(d, g, n, self.fast, self.row_length, self.span_limit),
                             copies=[LayerCopies.allocate(d, g, n, self.fast) for _ in range(g.layers)],
                             work_copies=WorkCopies.allocate(d, g, n, self.fast))
 
@@ -307,12 +319,15 @@ class TransformerStack:
             K.rmsnorm_backward(dh, work.dgain_rows, dy, x, gain, rstd, accumulate=True)
         K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
 
-    def _attention(self, spans: Buffer, delta: Buffer | None = None) -> dict:
+    def _attention(self, spans: Buffer, work: StackWork | None = None) -> dict:
+        """attention_forward's arguments, or with the work buffers attention_backward's."""
         g = self.geometry
         geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans,
                         fast=self.fast)
-        if delta is not None:
-            geometry["delta"] = delta
+        if work is not None:
+            geometry["delta"] = work.delta
+            if work.d_scores is not None:
+                geometry.update(d_scores=work.d_scores, span_limit=self.span_limit)
         return geometry
 
     def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer) -> Buffer:
@@ -361,7 +376,7 @@ class TransformerStack:
         work = buffers.work
         dh, dx = work.dh, work.dx
         dq, dk, dv, do, du, ds = work.dq, work.dk, work.dv, work.do, work.du, work.ds
-        attention = self._attention(spans, work.delta)
+        attention = self._attention(spans, work)
         d16 = buffers.work_copies
         self._round(d16.dh, dh)  # below the top block, the norms' backward writes dh's copy
         weights16 = self._round_weights(weights)
