@@ -9,7 +9,7 @@ On the CPU, `cpu_parallel_for` runs contiguous index ranges on the calling threa
 or on worker threads when the launch is large enough to pay for them; on a GPU,
 `group_kernel` maps `global_idx.x` to the index. Both call the same body, so both
 compute the same bits. An element-wise kernel's body takes a SIMD width: the CPU
-runs it 8 elements a call, a GPU thread one (`launch_elements`). A team kernel (attention) gives each index to a team of
+runs it 8 elements a call, a GPU thread 4 (`launch_elements`). A team kernel (attention) gives each index to a team of
 threads that share a scratch of shared memory and meet at barriers: on a GPU the
 team is a thread block, each thread playing itself; on the CPU one call plays every
 thread of the team, phase by phase, so each phase of every thread ends before the
@@ -221,24 +221,32 @@ def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
         body(task, thread % lanes, args)
 
 
+def enqueue_slots[
+    Slots: TypeList[Trait=AnyType, ...], //, kernel: def(* args: * Slots) thin -> None
+](dev: DevicePtr, n: Int, threads: Int, args: Args) raises:
+    """Launch `kernel` (group_kernel, element_kernel: n, then the slots of Args one by one) over n tasks on the GPU,
+    with at least `threads` threads in blocks of GPU_BLOCK."""
+    comptime if HAS_ACCELERATOR:
+        var a = args.addresses
+        var s = args.sizes
+        var x = args.scalars
+        dev[].ctx().enqueue_function[kernel](
+            Int64(n),
+            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+            grid_dim=gpu_blocks(threads),
+            block_dim=GPU_BLOCK,
+        )
+
+
 def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
     dev: DevicePtr, n: Int, args: Args
 ) raises:
     """Run every task in [0, n): on a GPU, `lanes` threads a task (gpu_body sees its lane); on the CPU,
     one task per call of cpu_body, which plays every lane itself."""
     if dev[].is_gpu():
-        comptime if HAS_ACCELERATOR:
-            var a = args.addresses
-            var s = args.sizes
-            var x = args.scalars
-            dev[].ctx().enqueue_function[group_kernel[lanes, gpu_body]](
-                Int64(n),
-                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                grid_dim=gpu_blocks(n * lanes),
-                block_dim=GPU_BLOCK,
-            )
+        enqueue_slots[group_kernel[lanes, gpu_body]](dev, n, n * lanes, args)
         return
 
     def chunk(begin: Int, end: Int) {imm args}:
@@ -289,11 +297,36 @@ comptime ElementBody = def[w: SIMDLength](Int, Args) thin -> None
 body[1] computes it alone (the portable math is written over lanes that never interact)."""
 
 
+comptime GPU_LANES = 4  # elements a GPU thread computes, as one vector: four independent chains in flight
+
+
+def element_kernel[body: ElementBody](
+    n: Int64,
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
+):
+    """The GPU launcher of an element-wise kernel: thread t computes elements [4t, 4t + 4) of [0, n) as one
+    body[GPU_LANES] call, or the last few one by one."""
+    var first = Int(global_idx.x) * GPU_LANES
+    if first < Int(n):
+        var args = args_of_slots(
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+            n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
+        )
+        if first + GPU_LANES <= Int(n):
+            body[GPU_LANES](first, args)
+        else:
+            for i in range(first, Int(n)):
+                body[1](i, args)
+
+
 def launch_elements[body: ElementBody](dev: DevicePtr, n: Int, args: Args) raises:
-    """body over the elements [0, n): on a GPU one thread an element (body[1]); on the CPU CPU_LANES
-    elements a call, the last few one by one. The same bits either way: each lane is computed alone."""
+    """body over the elements [0, n): on a GPU GPU_LANES elements a thread, on the CPU CPU_LANES a call, the last
+    few one by one. The same bits either way: each lane is computed alone."""
     if dev[].is_gpu():
-        launch_index[body[1]](dev, n, args)
+        enqueue_slots[element_kernel[body]](dev, n, (n + GPU_LANES - 1) // GPU_LANES, args)
         return
 
     def groups(begin: Int, end: Int) {imm args, imm n}:

@@ -665,7 +665,8 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     """Rotate each head vector of x in place by its token's position (inverse: the backward). positions is
     int32 [tokens, axes]: one axis (a sequence) or three (time, row, column; see mojo/kernels/rotary.mojo).
     fast: fast mode's variant, the same bits on 16-byte vectors (x must start on 16 bytes); with y16, it writes
-    the rotated x's bf16 copy there instead, leaving x as it was."""
+    the rotated x's bf16 copy there instead, leaving x as it was. A GPU runs that variant for an x that starts on
+    16 bytes whatever `fast` says (its loads and stores are 2.5x fewer; the CPU's lanes are vectors already)."""
     if axes not in (1, 3):
         raise ValueError(f"rotary positions have 1 or 3 axes, got {axes}")
     if head_dim % (2 * ROTARY_PAIRS_PER_TASK):
@@ -680,8 +681,9 @@ def rotary(x: Buffer, positions: Buffer, cos: Buffer, sin: Buffer, *, heads: int
     if not fast:
         if y16 is not None:
             raise ValueError("rotary: a bf16 copy (y16) is written only by the fast variant (fast=True)")
-        _launch("rotary", tasks, **operands)
-        return
+        if not (x.device.is_gpu and x.address % 16 == 0):
+            _launch("rotary", tasks, **operands)
+            return
     if x.address % 16 or (y16 is not None and y16.address % 8):
         raise ValueError("rotary: the fast variant moves 16-byte vectors: x must start on 16 bytes (y16 on 8)")
     if y16 is not None:
