@@ -14,42 +14,19 @@ this fusion replaces (norms.rmsnorm_forward/backward, pointwise.add/silu/silu_ba
 so each bf16 copy has the bits of that chain's: the fusion saves passes over memory, not arithmetic. They
 run under both launchers (the CPU runs them only in tests: the trainers use them in fast mode on a GPU).
 
-On a GPU the forward norm's warp holds a row of up to 32·LANE_VALUES values in registers (lane l the columns l,
-l+32, …, as row_reduce assigns them): all its loads are issued before the sum, and the row is read from memory
-once. Wider rows, and the backward (whose register form measured slower on the H200: 12.7 ms a step against
+On a GPU the forward norm's warp holds a row of up to 32·LANE_VALUES values in registers, as
+norms.rmsnorm_forward's does (lane l the columns l, l+32, …, as row_reduce assigns them): all its loads are issued
+before the sum, and the row is read from memory once. Wider rows, and the backward (whose register form measured slower on the H200: 12.7 ms a step against
 10.2), take the loop of the identical kernels. Either way lane l adds its values in ascending order from +0 and
 the warp folds the lanes as row_reduce does.
 """
 
-from max.gpu.primitives.warp import shuffle_down, shuffle_idx
 from engine.device import F32Ptr
 from engine.launch import Args, Interface
 from engine.reduction import LANES, row_reduce, row_stride
+from kernels.norms import LANE_VALUES, lane_row_rstd, load_lane_row
 from engine import numerics
 from kernels.gemm_fast import BF16Ptr, CAST_LANES
-
-comptime LANE_VALUES = 32  # values of a row a lane holds in registers: rows up to 1024 wide
-comptime LaneRow = SIMD[DType.float32, LANE_VALUES]
-
-
-@always_inline
-def warp_total(partial: Float32) -> Float32:
-    """The lanes' partial sums folded as row_reduce folds them (l + l+16, +8, +4, +2, +1), given to every lane."""
-    var total = partial
-    comptime for level in range(5):
-        total = total + shuffle_down(total, UInt32(16 >> level))
-    return shuffle_idx(total, 0)
-
-
-@always_inline
-def load_lane_row(p: F32Ptr, lane: Int, W: Int) -> LaneRow:
-    """Columns lane, lane + 32, … (< W) of a row, in ascending slots (the others 0)."""
-    var v = LaneRow(0)
-    comptime for j in range(LANE_VALUES):
-        if lane + LANES * j < W:
-            v[j] = p.unsafe_load(lane + LANES * j)
-    return v
-
 
 @always_inline
 def bf16_at(args: Args, slot: Int) -> BF16Ptr:
@@ -77,11 +54,7 @@ def rmsnorm_bf16[warp: Bool](r: Int, lane: Int, args: Args):
             var v = load_lane_row(x, lane, W)
             if with_residual:
                 v = v + load_lane_row(residual, lane, W)
-            var partial = Float32(0)
-            comptime for j in range(LANE_VALUES):
-                if lane + LANES * j < W:
-                    partial += v[j] * v[j]
-            var rstd = numerics.rsqrt(warp_total(partial) / Float32(W) + eps)
+            var rstd = lane_row_rstd(v, lane, W, eps)
             if lane == 0:
                 rstd_out.unsafe_store(r, rstd)
             comptime for j in range(LANE_VALUES):

@@ -9,11 +9,15 @@ Cross-entropy of a row of logits z against target t (t < 0: ignored, loss 0, no 
     loss = log Σ e^z − z_t        dz = (softmax(z) − onehot(t))·scale
 Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm and cross-entropy are row
 kernels (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
-columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order.
+columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order. On a GPU the forward's
+warp holds a row of up to 32·LANE_VALUES values in registers (load_lane_row: lane l the columns l, l+32, …), so
+all its loads are issued before the sum and the row is read once; its sum is the same (lane_row_rstd).
 Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
+from max.gpu.primitives.warp import shuffle_down, shuffle_idx
+from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_grouped
 from engine.reduction import (
     LANES, canonical_reduce, canonical_reduce_lanes, row_max, row_max_of, row_reduce, row_stride,
@@ -21,6 +25,38 @@ from engine.reduction import (
 from engine import numerics
 
 comptime COLUMN_CHUNK = 256  # rows per partial sum of the column sums (exported to Python)
+comptime LANE_VALUES = 32  # values of a row a lane holds in registers: rows up to 1024 wide
+comptime LaneRow = SIMD[DType.float32, LANE_VALUES]
+
+
+@always_inline
+def warp_total(partial: Float32) -> Float32:
+    """The lanes' partial sums folded as row_reduce folds them (l + l+16, +8, +4, +2, +1), given to every lane."""
+    var total = partial
+    comptime for level in range(5):
+        total = total + shuffle_down(total, UInt32(16 >> level))
+    return shuffle_idx(total, 0)
+
+
+@always_inline
+def load_lane_row(p: F32Ptr, lane: Int, W: Int) -> LaneRow:
+    """Columns lane, lane + 32, … (< W) of a row, in ascending slots (the others 0)."""
+    var v = LaneRow(0)
+    comptime for j in range(LANE_VALUES):
+        if lane + LANES * j < W:
+            v[j] = p.unsafe_load(lane + LANES * j)
+    return v
+
+
+@always_inline
+def lane_row_rstd(v: LaneRow, lane: Int, W: Int, eps: Float32) -> Float32:
+    """r = 1/√(Σv²/W + ε) of a row a warp holds (load_lane_row), summed as row_reduce sums it: lane l its
+    squares in ascending order from +0, then the lanes folded (warp_total)."""
+    var partial = Float32(0)
+    comptime for j in range(LANE_VALUES):
+        if lane + LANES * j < W:
+            partial += v[j] * v[j]
+    return numerics.rsqrt(warp_total(partial) / Float32(W) + eps)
 
 
 comptime RMSNORM_FORWARD = Interface("y rstd x weight residual h", "width", "eps")
@@ -36,6 +72,21 @@ def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
     var x = args.f32(2).unsafe_offset(r * W)
     var w = args.f32(3)
     var eps = args.scalar(0)
+    comptime if warp:
+        if W <= LANES * LANE_VALUES:  # the row in registers: its loads issued at once, x read once
+            var v = load_lane_row(x, lane, W)
+            if args.given(4):
+                v = v + load_lane_row(args.f32(4).unsafe_offset(r * W), lane, W)
+            var rstd = lane_row_rstd(v, lane, W, eps)
+            if lane == 0:
+                rstd_out.unsafe_store(r, rstd)
+            comptime for j in range(LANE_VALUES):
+                var i = lane + LANES * j
+                if i < W:
+                    if args.given(4):
+                        args.f32(5).unsafe_offset(r * W).unsafe_store(i, v[j])
+                    y.unsafe_store(i, (v[j] * rstd) * w.unsafe_load(i))
+            return
     if args.given(4):
         var residual = args.f32(4).unsafe_offset(r * W)
         var h = args.f32(5).unsafe_offset(r * W)

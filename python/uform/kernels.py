@@ -644,7 +644,9 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     _expect(delta, "delta", tokens * heads)
     suffix, tile = ("_fast", ATTENTION_FAST_TILE) if form == "fast" else ("", ATTENTION_TILE)
     tiles = -(-tokens // tile)
-    _launch("attention_backward_delta" + suffix, tokens * heads, delta=delta, **operands)
+    # δ's chain on 16-byte loads (fast mode's δ kernel: the same bits) wherever a GPU has it for the head dim
+    vectors = q.device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS
+    _launch("attention_backward_delta" + ("_fast" if vectors else ""), tokens * heads, delta=delta, **operands)
     _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, delta=delta, **operands)
     _launch("attention_backward_dq" + suffix, tiles * heads, delta=delta, **operands)
 
