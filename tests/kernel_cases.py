@@ -245,12 +245,16 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
     return {name: (out, r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv", "lse"), outputs, ref)}
 
 
-def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int, axes: int = 1):
+def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_dim: int, axes: int = 1,
+                offset: int = 0):
+    """offset > 0: x a view that many floats into its buffer (off 16 bytes: a GPU then runs `rotary`, not
+    `rotary_fast`)."""
     rng = rng_for(seed)
     x = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
     positions = rng.integers(0, 64, (tokens, axes)).astype(np.int32)
     cos, sin = K.rotary_tables(64, head_dim)
-    xb, pb, cb, sb = device.put(x), device.put(positions), device.put(cos), device.put(sin)
+    xb = device.put(np.r_[np.zeros(offset, np.float32), x.reshape(-1)]).view(offset, x.shape)
+    pb, cb, sb = device.put(positions), device.put(cos), device.put(sin)
     K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, axes=axes)
     rotated = xb.numpy()
     K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, inverse=True, axes=axes)
@@ -689,6 +693,8 @@ def all_cases():
         for axes in (1, 3):
             cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}", case_rotary,
                           dict(tokens=tokens, heads=heads, head_dim=d, axes=axes)))
+            cases.append((f"rotary-{tokens}x{heads}x{d}-axes{axes}+1", case_rotary,
+                          dict(tokens=tokens, heads=heads, head_dim=d, axes=axes, offset=1)))
     for m, n, k, ta, tb, acc, spread in ((1, 1, 1, False, False, False, 1.0), (7, 5, 33, False, False, True, 2.0),
                                          (9, 6, 300, True, False, False, 1.0), (5, 8, 700, False, True, True, 0.5),
                                          (4, 3, 5000, False, False, False, 1.0), (40, 36, 50, True, False, True, 1.0),

@@ -52,16 +52,18 @@ def test_attention_bits_match_cpu_in_both_forms(monkeypatch, form, name, case, k
 
 @pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
 def test_attention_with_kept_score_gradients_bits_match_cpu(monkeypatch, name, case, kwargs):
-    """Every attention case with the dq kernel reading kept score gradients (span_limit a third of the sequence:
-    tiles that read them beside tiles that compute them) on both devices: the CPU's bits."""
+    """Every attention case with the dq kernel reading kept score gradients on both devices: the CPU's bits, with
+    span_limit the sequence's length (every tile reads them) and a third of it (a segmented case then has tiles of
+    both kinds, as its random segments fall)."""
     monkeypatch.setenv("UFORM_ATTENTION", "teams")
     seed = zlib.crc32(name.encode())
-    limit = max(kwargs["seq_len"] // 3, 1)
-    on_cpu = case(uform.Device.cpu(), seed=seed, **kwargs, span_limit=limit)
-    on_gpu = case(uform.Device.gpu(0), seed=seed, **kwargs, span_limit=limit)
-    for output_name in on_cpu:
-        cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
-        assert same_bits(cpu, gpu), f"{name}/{output_name}: {int(np.count_nonzero(cpu != gpu))} values differ"
+    for limit in (kwargs["seq_len"], max(kwargs["seq_len"] // 3, 1)):
+        on_cpu = case(uform.Device.cpu(), seed=seed, **kwargs, span_limit=limit)
+        on_gpu = case(uform.Device.gpu(0), seed=seed, **kwargs, span_limit=limit)
+        for output_name in on_cpu:
+            cpu, gpu = on_cpu[output_name][0], on_gpu[output_name][0]
+            differing = int(np.count_nonzero(cpu != gpu))
+            assert same_bits(cpu, gpu), f"{name}/{output_name}, span_limit {limit}: {differing} values differ"
 
 
 @pytest.mark.parametrize("summed", [False, True], ids=["apart", "summed"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kernel_cases import all_cases, attention_inputs, gemm_group_operands, run_attention
+import uform
 from uform import kernels as K
 
 
@@ -151,8 +152,8 @@ def test_attention_by_rows_gives_the_teams_bits(device, monkeypatch, name, case,
 @pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
 def test_attention_backward_with_kept_score_gradients_gives_the_same_bits(device, monkeypatch, name, case, kwargs):
     """The dq kernel reading the dk/dv kernel's ds from d_scores gives the bits of computing them again: every
-    attention case with span_limit the sequence's length (every tile reads them), and with a limit that keeps
-    some spans and not others (tiles of both kinds in one launch), against none."""
+    attention case with span_limit the sequence's length (every tile reads them), and with a third of it (a
+    segmented case then has tiles of both kinds, as its random segments fall), against none."""
     monkeypatch.setenv("UFORM_ATTENTION", "teams")
     seed = zlib.crc32(name.encode())
     outputs = {limit: case(device, seed=seed, **kwargs, span_limit=limit)
@@ -204,6 +205,54 @@ def test_attention_keeps_the_score_gradient_of_each_pair_a_query_sees(device, mo
     assert np.allclose(got[~np.isnan(got)], expected[~np.isnan(expected)], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_dq_kernel_reads_the_kept_score_gradients(device, monkeypatch, causal):
+    """After a backward that keeps every span's ds, the dq kernel run again on a d_scores of zeros gives dq = 0,
+    and on one of NaN a NaN at every query that sees a key: it reads them rather than computing them; without
+    d_scores it gives the backward's dq."""
+    monkeypatch.setenv("UFORM_ATTENTION", "teams")
+    rng = np.random.default_rng(5 + causal)
+    tokens, heads, head_dim, length = 160, 2, 16, 80
+    q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, tokens, heads, 1, head_dim))
+    geometry = dict(heads=heads, kv_heads=1, head_dim=head_dim, causal=causal,
+                    spans=device.put(K.attention_spans(tokens, length)))
+    o, lse, delta = device.empty((tokens, heads * head_dim)), device.empty((tokens, heads)), device.empty((tokens, heads))
+    K.attention_forward(o, lse, q, k, v, **geometry)
+    dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
+    d_scores = device.empty(tokens * heads * length)
+    K.attention_backward(dq, dk, dv, d_out, o, lse, q, k, v, **geometry, delta=delta, d_scores=d_scores,
+                         span_limit=length)
+    operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=geometry["spans"], d_out=d_out, delta=delta, dk=dk, dv=dv,
+                    **K._attention_geometry(tokens, heads, 1, head_dim, causal))
+    tasks = -(-tokens // K.ATTENTION_TILE) * heads
+    again = device.empty(q.shape)
+    K._launch("attention_backward_dq", tasks, dq=again, **operands)
+    assert np.array_equal(again.numpy().view(np.uint32), dq.numpy().view(np.uint32))
+    for fill in (0.0, np.nan):
+        d_scores.write(np.full(d_scores.size, fill, np.float32))
+        K._launch("attention_backward_dq", tasks, dq=again, d_scores=d_scores, span_limit=length, **operands)
+        if fill == 0.0:
+            assert not again.numpy().any()
+        else:
+            assert np.isnan(again.numpy()).all()
+
+
+def test_a_training_stack_keeps_a_d_scores_workspace(monkeypatch):
+    """A training stack in identical mode keeps its backward's score gradients (span_limit its positions: a
+    sequence, or a packed row); one that only runs forward, fast mode's, and one past D_SCORES_BYTES keep none."""
+    from uform.nn import transformer
+
+    geometry = transformer.StackGeometry(width=32, heads=4, kv_heads=2, head_dim=8, mlp=64, layers=1,
+                                         norm_eps=1e-6, rope_base=1e4, causal=False)
+    cpu = uform.Device.cpu()
+    kept = transformer.TransformerStack(cpu, geometry, 64).buffers(128).work.d_scores
+    assert kept is not None and kept.size == 128 * 4 * 64
+    assert transformer.TransformerStack(cpu, geometry, 64, training=False).buffers(128).work.d_scores is None
+    assert transformer.TransformerStack(cpu, geometry, 64, fast=True).buffers(128).work.d_scores is None
+    monkeypatch.setitem(transformer.D_SCORES_BYTES, False, 4 * 128 * 4 * 64 - 4)
+    assert transformer.TransformerStack(cpu, geometry, 64).buffers(128).work.d_scores is None
+
+
 def test_attention_backward_refuses_a_d_scores_that_does_not_fit(device):
     """d_scores must hold tokens · heads · span_limit floats, and span_limit and d_scores come together: each
     refused, naming it, before any launch (dq keeps its values)."""
@@ -214,7 +263,7 @@ def test_attention_backward_refuses_a_d_scores_that_does_not_fit(device):
     geometry = dict(spans=device.put(K.attention_spans(8, 8)), heads=2, kv_heads=1, head_dim=16, causal=False)
     for kept, message in ((dict(d_scores=device.empty(63), span_limit=4), "d_scores must hold 64 values, holds 63"),
                           (dict(d_scores=device.empty(64)), "d_scores needs a span_limit of at least 1, got 0"),
-                          (dict(span_limit=4), "span_limit 4 needs a d_scores workspace")):
+                          (dict(span_limit=4), "span_limit sizes a d_scores workspace; got 4 without one")):
         with pytest.raises(ValueError, match=message):
             K.attention_backward(dq, dk, dv, d_out, o, lse, q, k, v, **geometry, **kept)
     assert (dq.numpy() == 7.0).all()

@@ -300,33 +300,34 @@ body[1] computes it alone (the portable math is written over lanes that never in
 comptime GPU_LANES = 4  # elements a GPU thread computes, as one vector: four independent chains in flight
 
 
-def element_kernel[body: ElementBody](
+def element_kernel[body: ElementBody, lanes: Int](
     n: Int64,
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
     a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
     n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
     x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
 ):
-    """The GPU launcher of an element-wise kernel: thread t computes elements [4t, 4t + 4) of [0, n) as one
-    body[GPU_LANES] call, or the last few one by one."""
-    var first = Int(global_idx.x) * GPU_LANES
+    """The GPU launcher of an element-wise kernel: thread t computes elements [lanes·t, lanes·t + lanes) of [0, n)
+    as one body[lanes] call, or the last few one by one."""
+    var first = Int(global_idx.x) * lanes
     if first < Int(n):
         var args = args_of_slots(
             a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
             n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
         )
-        if first + GPU_LANES <= Int(n):
-            body[GPU_LANES](first, args)
+        if first + lanes <= Int(n):
+            body[lanes](first, args)
         else:
             for i in range(first, Int(n)):
                 body[1](i, args)
 
 
-def launch_elements[body: ElementBody](dev: DevicePtr, n: Int, args: Args) raises:
-    """body over the elements [0, n): on a GPU GPU_LANES elements a thread, on the CPU CPU_LANES a call, the last
-    few one by one. The same bits either way: each lane is computed alone."""
+def launch_elements[body: ElementBody, gpu_lanes: Int = GPU_LANES](dev: DevicePtr, n: Int, args: Args) raises:
+    """body over the elements [0, n): on a GPU gpu_lanes elements a thread (1 for a body whose lane holds much
+    state: four of them a thread ran slower), on the CPU CPU_LANES a call, the last few one by one. The same bits
+    either way: each lane is computed alone."""
     if dev[].is_gpu():
-        enqueue_slots[element_kernel[body]](dev, n, (n + GPU_LANES - 1) // GPU_LANES, args)
+        enqueue_slots[element_kernel[body, gpu_lanes]](dev, n, (n + gpu_lanes - 1) // gpu_lanes, args)
         return
 
     def groups(begin: Int, end: Int) {imm args, imm n}:

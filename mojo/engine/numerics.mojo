@@ -10,7 +10,7 @@ behind our back. Measured error against float64 (tests/test_numerics.py):
     sqrt   correctly rounded (0.5 ulp)          rsqrt  ≤ 1 ulp (two roundings)
     sigmoid ≤ 2 ulp       silu   ≤ 3 ulp        softplus ≤ 2 ulp
 
-Every function takes `w` lanes at once (a GPU thread calls it with one, the CPU
+Every function takes `w` lanes at once (a GPU thread calls it with four, the CPU
 launcher with eight) and computes each lane exactly as it would alone: special
 arguments are answered by selects, not early returns, so lanes never interact.
 """

@@ -691,7 +691,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
         args.sizes[1] = Int64(chunks)
         args.sizes[2] = Int64(1 if accumulate else 0)
         if range_length > 0:
-            launch_elements[tree_sum](dev, M * N, args)
+            launch_elements[tree_sum, gpu_lanes=1](dev, M * N, args)  # its stack of partials a lane: 1 a GPU thread
         else:
             launch_index[sum_chunks](dev, M * N, args)
 

@@ -622,7 +622,7 @@ comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for either set, so |X
 
 
 def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
-    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one, the CPU 8):
+    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one (launch_elements' gpu_lanes 1), the CPU 8):
     their residues r_i, then crt_store. On a GPU (the MODULI) r_i is the chunk sums of plane product i, each
     reduced by chunk_residue to a value below 2p_i, summed over the chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU
     (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a value below 2^25 congruent to X, reduced
@@ -886,7 +886,7 @@ def reconstruct[moduli: Int, wide: Bool](
     crt.sizes[2] = Int64(K)
     crt.sizes[3] = Int64(bits)
     crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_elements[crt_round[moduli, wide, ...]](dev, M * N, crt)
+    launch_elements[crt_round[moduli, wide, ...], gpu_lanes=1](dev, M * N, crt)  # 4 a GPU thread: 19 % slower
 
 
 def residue_planes[moduli: Int](
@@ -1524,7 +1524,7 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
     args.sizes[0] = Int64(M * N)
     args.sizes[1] = Int64(ranges)
     args.sizes[2] = Int64(1 if accumulate else 0)
-    launch_elements[tree_sum](dev, M * N, args)
+    launch_elements[tree_sum, gpu_lanes=1](dev, M * N, args)  # its stack of partials a lane: 1 a GPU thread
 
 
 def ranges_fused[moduli: Int](

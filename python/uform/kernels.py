@@ -618,7 +618,8 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     score gradients ds_ij of every query whose span holds at most span_limit tokens, and the dq kernel reads them
     instead of computing the scores, the probabilities and dO·v again (two of its three products) for every tile
     of such queries: the same values, so the same bits (a tile with a longer span computes them as without
-    d_scores). The forms by rows and fast mode do not use it.
+    d_scores). It relies on the spans being symmetric, as attention_spans makes them (every pair a query sees is
+    one the dk/dv kernel meets from the key's side). The forms by rows and fast mode do not use it.
 
     fast: as in attention_forward (on a GPU and a supported head dim, the bf16 kernels after the same fp32 δ;
     otherwise the identical kernels). o and lse may come from either mode's forward."""
@@ -631,7 +632,7 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
             raise ValueError(f"attention_backward: d_scores needs a span_limit of at least 1, got {span_limit}")
         _expect(d_scores, "d_scores", tokens * heads * span_limit)
     elif span_limit:
-        raise ValueError(f"attention_backward: span_limit {span_limit} needs a d_scores workspace")
+        raise ValueError(f"attention_backward: span_limit sizes a d_scores workspace; got {span_limit} without one")
     form = _attention_form(fast, q.device, tokens, heads, head_dim)
     # The kernels share one interface: each reads its inputs and writes its own output.
     operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans, d_out=d_out, dq=dq, dk=dk, dv=dv, d_scores=d_scores,

@@ -100,10 +100,10 @@ class LayerActivations:
                    m=fp32((n, g.width)), rstd2=device.empty(n), u=device.empty((n, g.mlp)), s=fp32((n, g.mlp)))
 
 
-# The largest workspace a stack keeps attention's score gradients in, on a GPU and on the CPU: with it the dq
-# kernel reads the dk/dv kernel's ds instead of computing them again, with the same bits
+# The largest workspace a training stack keeps attention's score gradients in for one token count, on a GPU and
+# on the CPU: with it the dq kernel reads the dk/dv kernel's ds instead of computing them again, with the same bits
 # (kernels.attention_backward); without it, for n · heads · span_limit floats past this, it computes them.
-D_SCORES_BYTES = {True: 8 << 30, False: 1 << 30}
+D_SCORES_BYTES = {True: 4 << 30, False: 1 << 30}
 
 
 @dataclass
@@ -131,6 +131,8 @@ class StackWork:
     @classmethod
     def allocate(cls, device: Device, g: StackGeometry, n: int, fast: bool, row_length: int = 0,
                  span_limit: int = 0) -> StackWork:
+        """span_limit > 0: keep attention's score gradients (d_scores) for spans up to that long, where they fit
+        D_SCORES_BYTES (identical mode: fast mode's kernels do not read them)."""
         kept = n * g.heads * span_limit
         fits = not fast and 0 < 4 * kept <= D_SCORES_BYTES[device.is_gpu]
         return cls(h_out=device.empty((n, g.width)), dh=device.empty((n, g.width)), dx=device.empty((n, g.width)),
@@ -206,17 +208,19 @@ class TransformerStack:
     """The blocks' passes over N tokens; activations and scratch are kept per token count."""
 
     def __init__(self, device: Device, geometry: StackGeometry, max_positions: int, *, fast: bool = False,
-                 row_length: int = 0):
+                 row_length: int = 0, training: bool = True):
         """fast=True: the blocks' GEMMs and attention run in fast mode (bf16 tensor cores) on a GPU
         (docs/numerics.md). row_length > 0: the sums over tokens (weight gradients, norm gains) take each packed
         row of row_length tokens alone and combine the rows by the row tree (``kernels.tree_sum``), so devices
         sharing a batch by rows give one device's bits (docs/mesh.md); 0 keeps the canonical rule (the language
-        model)."""
+        model). training=False: a stack that only runs forward keeps no workspace for the backward's attention
+        score gradients (StackWork.d_scores)."""
         self.device = device
         self.geometry = geometry
         self.fast = fast
         self.row_length = row_length
-        self.span_limit = max_positions  # no span is longer than a sequence, or a packed row
+        # the backward keeps attention's score gradients for spans up to a sequence, or a packed row (training only)
+        self.span_limit = max_positions if training else 0
         cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)

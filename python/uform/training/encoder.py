@@ -393,7 +393,7 @@ class EncoderModel(ResidentState):
         # depends on the split anyway, keeps the canonical chunks, which a GPU runs faster.
         self.row_length = 0 if self.fast else geometry.max_columns
         self.stack = TransformerStack(device, geometry.stack(), geometry.max_columns, fast=self.fast,
-                                      row_length=self.row_length)
+                                      row_length=self.row_length, training=training)
         self._buffers = RecentCache(self._allocate)
         self._pooling = RecentCache(self._allocate_pooling)
         self._late = RecentCache(lambda key: LateBuffers.allocate(self.device, *key, geometry.hidden,
