@@ -216,7 +216,8 @@ def test_the_dq_kernel_reads_the_kept_score_gradients(device, monkeypatch, causa
     q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, tokens, heads, 1, head_dim))
     geometry = dict(heads=heads, kv_heads=1, head_dim=head_dim, causal=causal,
                     spans=device.put(K.attention_spans(tokens, length)))
-    o, lse, delta = device.empty((tokens, heads * head_dim)), device.empty((tokens, heads)), device.empty((tokens, heads))
+    o, lse = device.empty((tokens, heads * head_dim)), device.empty((tokens, heads))
+    delta = device.empty((tokens, heads))
     K.attention_forward(o, lse, q, k, v, **geometry)
     dq, dk, dv = device.empty(q.shape), device.empty(k.shape), device.empty(v.shape)
     d_scores = device.empty(tokens * heads * length)

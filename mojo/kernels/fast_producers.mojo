@@ -15,16 +15,16 @@ so each bf16 copy has the bits of that chain's: the fusion saves passes over mem
 run under both launchers (the CPU runs them only in tests: the trainers use them in fast mode on a GPU).
 
 On a GPU the forward norm's warp holds a row of up to 32·LANE_VALUES values in registers, as
-norms.rmsnorm_forward's does (lane l the columns l, l+32, …, as row_reduce assigns them): all its loads are issued
-before the sum, and the row is read from memory once. Wider rows, and the backward (whose register form measured slower on the H200: 12.7 ms a step against
-10.2), take the loop of the identical kernels. Either way lane l adds its values in ascending order from +0 and
-the warp folds the lanes as row_reduce does.
+norms.rmsnorm_forward's does (normed_lane_row: lane l the columns l, l+32, …, as row_reduce assigns them): all its
+loads are issued before the sum, and the row is read from memory once. Wider rows, and the backward (whose register
+form measured slower on the H200: 12.7 ms a step against 10.2), take the loop of the identical kernels. Either way
+lane l adds its values in ascending order from +0 and the warp folds the lanes as row_reduce does.
 """
 
 from engine.device import F32Ptr
 from engine.launch import Args, Interface
 from engine.reduction import LANES, row_reduce, row_stride
-from kernels.norms import LANE_VALUES, lane_row_rstd, load_lane_row
+from kernels.norms import LANE_VALUES, normed_lane_row
 from engine import numerics
 from kernels.gemm_fast import BF16Ptr, CAST_LANES
 
@@ -51,10 +51,9 @@ def rmsnorm_bf16[warp: Bool](r: Int, lane: Int, args: Args):
     var eps = args.scalar(0)
     comptime if warp:
         if W <= LANES * LANE_VALUES:
-            var v = load_lane_row(x, lane, W)
-            if with_residual:
-                v = v + load_lane_row(residual, lane, W)
-            var rstd = lane_row_rstd(v, lane, W, eps)
+            var row = normed_lane_row(x, residual, with_residual, lane, W, eps)
+            var v = row[0]
+            var rstd = row[1]
             if lane == 0:
                 rstd_out.unsafe_store(r, rstd)
             comptime for j in range(LANE_VALUES):

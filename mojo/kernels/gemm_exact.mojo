@@ -622,11 +622,12 @@ comptime CRT_BITS = 96  # X is found modulo 2^96: P < 2^96 for either set, so |X
 
 
 def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
-    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one (launch_elements' gpu_lanes 1), the CPU 8):
-    their residues r_i, then crt_store. On a GPU (the MODULI) r_i is the chunk sums of plane product i, each
-    reduced by chunk_residue to a value below 2p_i, summed over the chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU
-    (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a value below 2^25 congruent to X, reduced
-    (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at once (they are independent)."""
+    """Outputs [output, output + w) (each (m, n) = (o // N, o % N), a lane each: a GPU thread takes one
+    (launch_elements' gpu_lanes 1), the CPU 8): their residues r_i, then crt_store. On a GPU (the MODULI) r_i is
+    the chunk sums of plane product i, each reduced by chunk_residue to a value below 2p_i, summed over the
+    chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a
+    value below 2^25 congruent to X, reduced (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at once
+    (they are independent)."""
     var M = args.size(0)
     var N = args.size(1)
     var K = args.size(2)

@@ -11,7 +11,7 @@ Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm 
 kernels (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
 columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order. On a GPU the forward's
 warp holds a row of up to 32·LANE_VALUES values in registers (load_lane_row: lane l the columns l, l+32, …), so
-all its loads are issued before the sum and the row is read once; its sum is the same (lane_row_rstd).
+all its loads are issued before the sum and the row is read once; its sum is the same (normed_lane_row).
 Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
@@ -49,14 +49,20 @@ def load_lane_row(p: F32Ptr, lane: Int, W: Int) -> LaneRow:
 
 
 @always_inline
-def lane_row_rstd(v: LaneRow, lane: Int, W: Int, eps: Float32) -> Float32:
-    """r = 1/√(Σv²/W + ε) of a row a warp holds (load_lane_row), summed as row_reduce sums it: lane l its
-    squares in ascending order from +0, then the lanes folded (warp_total)."""
+def normed_lane_row(
+    x: F32Ptr, residual: F32Ptr, with_residual: Bool, lane: Int, W: Int, eps: Float32
+) -> Tuple[LaneRow, Float32]:
+    """A warp's row h = x (+ residual) in registers (load_lane_row: all its loads issued before the sum) and its
+    r = 1/√(Σh²/W + ε), summed as row_reduce sums it: lane l its squares in ascending order from +0, then the
+    lanes folded (warp_total)."""
+    var v = load_lane_row(x, lane, W)
+    if with_residual:
+        v = v + load_lane_row(residual, lane, W)
     var partial = Float32(0)
     comptime for j in range(LANE_VALUES):
         if lane + LANES * j < W:
             partial += v[j] * v[j]
-    return numerics.rsqrt(warp_total(partial) / Float32(W) + eps)
+    return (v, numerics.rsqrt(warp_total(partial) / Float32(W) + eps))
 
 
 comptime RMSNORM_FORWARD = Interface("y rstd x weight residual h", "width", "eps")
@@ -72,24 +78,24 @@ def rmsnorm_forward[warp: Bool](r: Int, lane: Int, args: Args):
     var x = args.f32(2).unsafe_offset(r * W)
     var w = args.f32(3)
     var eps = args.scalar(0)
+    var with_residual = args.given(4)
+    var residual = args.f32(4).unsafe_offset(r * W)
+    var h = args.f32(5).unsafe_offset(r * W)
     comptime if warp:
         if W <= LANES * LANE_VALUES:  # the row in registers: its loads issued at once, x read once
-            var v = load_lane_row(x, lane, W)
-            if args.given(4):
-                v = v + load_lane_row(args.f32(4).unsafe_offset(r * W), lane, W)
-            var rstd = lane_row_rstd(v, lane, W, eps)
+            var row = normed_lane_row(x, residual, with_residual, lane, W, eps)
+            var v = row[0]
+            var rstd = row[1]
             if lane == 0:
                 rstd_out.unsafe_store(r, rstd)
             comptime for j in range(LANE_VALUES):
                 var i = lane + LANES * j
                 if i < W:
-                    if args.given(4):
-                        args.f32(5).unsafe_offset(r * W).unsafe_store(i, v[j])
+                    if with_residual:
+                        h.unsafe_store(i, v[j])
                     y.unsafe_store(i, (v[j] * rstd) * w.unsafe_load(i))
             return
-    if args.given(4):
-        var residual = args.f32(4).unsafe_offset(r * W)
-        var h = args.f32(5).unsafe_offset(r * W)
+    if with_residual:
         for i in range(lane, W, row_stride[warp]()):
             h.unsafe_store(i, x.unsafe_load(i) + residual.unsafe_load(i))
         x = h

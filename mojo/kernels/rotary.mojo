@@ -12,9 +12,10 @@ three, the D/2 pairs are cut into sections, pair i reading the position on its s
 time the first ⌊D/8⌋ pairs, row the next ⌊(D/2 − ⌊D/8⌋)/2⌋, column the rest (M-RoPE's split). A
 token whose three positions are equal (text) rotates exactly as with one axis.
 
-A GPU takes `rotary_fast` (in identical mode where x starts on 16 bytes, as the wrapper checks; always in fast mode):
-the same pairs and the same arithmetic (so the same bits), each task's values moved as 16-byte vectors; given y16, it writes the rotated x as its bf16 copy there (to nearest, ties to even) and
-leaves x as it was (the backward's dq and dk, which only the GEMMs read next).
+A GPU takes `rotary_fast` (in identical mode where x starts on 16 bytes, as the wrapper checks; always in fast
+mode): the same pairs and the same arithmetic (so the same bits), each task's values moved as 16-byte vectors;
+given y16, it writes the rotated x as its bf16 copy there (to nearest, ties to even) and leaves x as it was (the
+backward's dq and dk, which only the GEMMs read next).
 
 A task rotates PAIRS_PER_TASK consecutive pairs of one (token, head), so that neighbouring GPU threads
 read neighbouring floats; each pair's arithmetic is the same whatever the task, hence so are the bits.

@@ -143,7 +143,6 @@ class StackWork:
                    ds=device.empty((n, g.mlp)), d_scores=device.empty(kept) if fits else None)
 
 
-
 def bf16_buffer(device: Device, shape: tuple[int, ...], fast: bool) -> Buffer | None:
     """A uint16 buffer for a bf16 copy in fast mode; None in identical mode, which keeps none."""
     return device.empty(shape, np.uint16) if fast else None
