@@ -156,7 +156,7 @@ def launch_attention[body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:
     comptime for i in range(len(attention.HEAD_DIMS)):
         comptime D = attention.HEAD_DIMS[i]
         if head_dim == D:
-            launch_teams[D, attention.TEAM, attention.SCRATCH, body](dev, n, args)
+            launch_teams[D, attention.TEAM, attention.SCRATCH, body, attention.teams_per_sm[D]()](dev, n, args)
             return
     raise Error("attention: head_dim ", head_dim, " is not compiled")
 

@@ -70,6 +70,14 @@ comptime EXCHANGE = TILE * EXCHANGE_LINE  # floats of a row exchange: a value pe
 comptime SCRATCH = TILE * LINE + PANEL + 2 * EXCHANGE  # shared floats of a team: a row panel, a column panel, two exchanges
 comptime UNROLL = 8  # steps of the inner products unrolled
 
+
+def teams_per_sm[D: Int]() -> Int:
+    """Teams of 256 threads a multiprocessor runs at once, the compiler's register budget: 3 up to D = 64 (80
+    registers a thread, a few hundred bytes spilled; on the H200 the encoder's three team kernels ran 2–9 % faster
+    than 2 teams at 128 registers: bench/RESULTS.md, 2026-11-30 15:12), 2 for D = 128 (twice the output sums)."""
+    return 3 if D <= 64 else 2
+
+
 comptime ATTENTION = Interface(
     "o lse q k v spans d_out delta dq dk dv d_scores", "tokens heads kv_heads head_dim causal span_limit", "scale"
 )
