@@ -243,7 +243,8 @@ def product_group(
 ) raises -> PythonObject:
     """A group of identical products (kernels/gemm.mojo, gemm_group_on): c, a, b and x are lists of one to three
     terms' addresses and varying sizes (N_t apart, K_t summed). Products the exact GEMM's shape rule takes group
-    only apart, all of them exact and of one A, whose planes are then found once (gemm_exact_shared_a_on)."""
+    apart only all of them exact and of one A, whose planes are then found once (gemm_exact_shared_a_on); summed
+    terms are one product over their joined k, exact where the rule takes it (gemm_exact_summed_on)."""
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
@@ -253,14 +254,20 @@ def product_group(
         raise Error("gemm_group: 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
     var args = Args.empty()
     var exact = 0
+    var joined = 0
+    for t in range(terms):
+        joined += Int(py=x[t])
+    if Bool(py=summed) and gemm_exact.exact_applies(Int(py=M), Int(py=N), joined, Int(py=range_length)):
+        if Int(py=range_length) > 0:
+            raise Error("gemm_group: summed exact products take no k ranges")
+        exact = terms
     for t in range(terms):
         var n = Int(py=x[t]) if not Bool(py=summed) else Int(py=N)
-        var k = Int(py=x[t]) if Bool(py=summed) else Int(py=K)
-        if gemm_exact.exact_applies(Int(py=M), n, k, Int(py=range_length)):
+        if not Bool(py=summed) and gemm_exact.exact_applies(Int(py=M), n, Int(py=K), Int(py=range_length)):
             exact += 1
-            if Bool(py=summed) or Int(py=a[t]) != Int(py=a[0]):
-                raise Error("gemm_group: a ", Int(py=M), "×", n, "×", k, " product is the exact GEMM's, which groups",
-                            " only apart and of one A (gemm runs it)")
+            if Int(py=a[t]) != Int(py=a[0]):
+                raise Error("gemm_group: a ", Int(py=M), "×", n, "×", Int(py=K), " product is the exact GEMM's, which",
+                            " groups apart only of one A (gemm runs it)")
         args.addresses[t] = Int64(Int(py=c[t]))
         args.addresses[gemm.GROUP_TERMS + t] = Int64(Int(py=a[t]))
         args.addresses[2 * gemm.GROUP_TERMS + t] = Int64(Int(py=b[t]))
@@ -320,8 +327,15 @@ struct GroupSlots(Movable):
 
 
 def launch_exact_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
-    """A group of exact products of one A (n is 1) as a launcher, from the slots product_group fills."""
+    """A group of exact products (n is 1) as a launcher, from the slots product_group fills: summed, one product over
+    the terms' joined k; apart, products of one A."""
     var group = GroupSlots(args)
+    if group.summed:
+        gemm_exact.gemm_exact_summed_on[transpose_a, transpose_b, GroupSlots.T](
+            dev, group.c[0], group.a, group.b, args.size(0), args.size(1), group.sizes, group.terms, group.accumulate,
+            Int(args.addresses[3 * GroupSlots.T]),
+        )
+        return
     gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, GroupSlots.T](
         dev, group.c, group.a[0], group.b, args.size(0), group.sizes, group.terms, args.size(2), group.accumulate,
         Int(args.addresses[3 * GroupSlots.T]), args.size(7),
@@ -411,6 +425,17 @@ def gemm_exact_workspace(
     """exact_workspace_bytes for Python."""
     return PythonObject(exact_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Int(py=splits), Int(py=range_length),
                                               Bool(py=gpu), Bool(py=fused)))
+
+
+def gemm_summed_workspace(M: PythonObject, N: PythonObject, K: PythonObject, gpu: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace of summed exact products (gemm_exact_summed_on) over the terms' k in the list K."""
+    var terms = Int(py=len(K))
+    if terms < 1 or terms > gemm.GROUP_TERMS:
+        raise Error("gemm_summed_workspace: 1 to ", gemm.GROUP_TERMS, " terms, got ", terms)
+    var k = Array[Int, gemm.GROUP_TERMS](fill=0)
+    for t in range(terms):
+        k[t] = Int(py=K[t])
+    return PythonObject(gemm_exact.summed_workspace_bytes(Int(py=M), Int(py=N), k, terms, Bool(py=gpu)))
 
 
 def gemm_is_exact(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject) raises -> PythonObject:
@@ -508,6 +533,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[product[fma_product]]("gemm_fma")
         m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product_group]("gemm_group")
+        m.def_function[gemm_summed_workspace]("gemm_summed_workspace")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
         m.def_function[product[exact_fused_product]]("gemm_exact_fused")

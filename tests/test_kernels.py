@@ -27,20 +27,27 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
     (37, (5, 13, 8), 19, True),  # no size a multiple of 4: the scalar loads and stores
     (130, (70, 129, 3), 257, False),  # several tiles, partial at every edge
     (40, (24, 8, 16), 5000, True),  # k ≥ 4096: an Aᵀ·B product with small outputs cut into k ranges
-    (520, (512, 520, 600), 512, True),  # shapes the exact GEMM's rule takes: each runs alone, exactly
+    (520, (512, 520, 600), 512, True),  # shapes the exact GEMM's rule takes: apart each runs alone, exactly
+    (520, (128, 37, 600), 512, False),  # summed, 765 k: one exact product, although two terms alone are not
 ])
 def test_gemm_group_gives_each_products_bits(device, summed, transpose_a, transpose_b, m, sizes, shared, accumulate):
     """gemm_group, one launch or one product after another, gives the bits of its products launched alone in order
-    (summed: into one C, accumulating after the first), with and without C0."""
+    (summed: into one C, accumulating after the first), with and without C0; summed products whose joined k the
+    exact GEMM's rule takes, the bits of one product of the operands joined along k."""
     rng = np.random.default_rng(m + shared)
     shapes, a, b, c0 = gemm_group_operands(rng, m, sizes, shared, transpose_a, transpose_b, summed)
     options = dict(transpose_a=transpose_a, transpose_b=transpose_b)
     a_on, b_on = [device.put(x) for x in a], [device.put(x) for x in b]
     if summed:
-        n = shapes[0][0]
+        n, joined = shapes[0][0], sum(k for _, k in shapes)
         alone = device.put(c0[0])
-        for t, (_, k) in enumerate(shapes):
-            K.gemm(alone, a_on[t], b_on[t], m, n, k, accumulate=accumulate or t > 0, **options)
+        if K.gemm_is_exact(m, n, joined):
+            K.gemm(alone, device.put(np.concatenate(a, 0 if transpose_a else 1)),
+                   device.put(np.concatenate(b, 1 if transpose_b else 0)), m, n, joined, accumulate=accumulate,
+                   **options)
+        else:
+            for t, (_, k) in enumerate(shapes):
+                K.gemm(alone, a_on[t], b_on[t], m, n, k, accumulate=accumulate or t > 0, **options)
         grouped = device.put(c0[0])
         K.gemm_group([grouped] * 3, a_on, b_on, m, [n] * 3, [k for _, k in shapes], summed=True,
                      accumulate=accumulate, **options)
@@ -79,6 +86,41 @@ def test_exact_products_of_one_a_group_with_each_products_bits(device, transpose
     K.gemm_group(grouped, [a] * 3, bs, m, list(sizes), [k] * 3, **options)
     for one, group in zip(alone, grouped):
         assert np.array_equal(one.numpy().view(np.uint32), group.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
+def test_summed_exact_products_join_their_lines_across_terms(device, transpose_a, transpose_b):
+    """Summed exact products are one product over the joined k: a line's exponent is its largest magnitude's over
+    every term (terms 10⁴ apart; a row whose only nonzero values are subnormals in one term and zero in the others;
+    a NaN in one term's row, which makes that row's outputs NaN), and the padding between terms adds nothing."""
+    m, n, ks = 513, 515, (700, 45, 300)
+    rng = np.random.default_rng(5)
+    a = [(rng.standard_normal((k, m) if transpose_a else (m, k)) * 10.0 ** (4 * t)).astype(np.float32)
+         for t, k in enumerate(ks)]
+    b = [rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32) for k in ks]
+
+    def row(x, r):  # row r of op(A_t), as a view to write
+        return x[:, r] if transpose_a else x[r]
+
+    for t in range(3):
+        row(a[t], 7)[:] = 0
+        row(a[t], 9)[:] = 0
+    row(a[1], 7)[::3] = np.float32(3e-42)  # subnormals: the joined row's exponent is theirs, below the zeros' 0
+    row(a[2], 9)[5] = np.nan
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    c0[7] = 0
+    options = dict(transpose_a=transpose_a, transpose_b=transpose_b, accumulate=True)
+    assert K.gemm_is_exact(m, n, sum(ks)) and not K.gemm_is_exact(m, n, ks[1])
+    grouped = device.put(c0)
+    K.gemm_group([grouped] * 3, [device.put(x) for x in a], [device.put(x) for x in b], m, [n] * 3, list(ks),
+                 summed=True, **options)
+    joined = device.put(c0)
+    K.gemm(joined, device.put(np.concatenate(a, 0 if transpose_a else 1)),
+           device.put(np.concatenate(b, 1 if transpose_b else 0)), m, n, sum(ks), **options)
+    out = grouped.numpy()
+    assert np.array_equal(out.view(np.uint32), joined.numpy().view(np.uint32))
+    assert np.isnan(out[9]).all() and np.isfinite(np.delete(out, 9, 0)).all()
+    assert np.count_nonzero(out[7]) > n // 2  # the subnormals' products, alone in their row
 
 
 @pytest.mark.parametrize("m,n,k,transpose_a,ranges", [

@@ -329,7 +329,7 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
-comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride", "")
+comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride magnitudes", "")
 comptime EXPONENT_READS = 8  # loads largest_magnitude keeps in flight a thread
 
 
@@ -352,14 +352,15 @@ def largest_magnitude(x: F32Ptr, begin: Int, end: Int, stride: Int, step: Int) -
 def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
     """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
     caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
-    shuffles (a maximum of bit patterns, so any order gives the same e)."""
+    shuffles (a maximum of bit patterns, so any order gives the same e). With `magnitudes`, the bits of the line's
+    largest magnitude instead (joined_line_exponents)."""
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var largest = largest_magnitude(x, lane, args.size(0), row_stride[warp](), args.size(2))
     comptime if warp:
         comptime for level in range(5):
             largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
     if lane == 0:
-        args.i32(0).unsafe_store(line, exponent_of_largest(largest))
+        args.i32(0).unsafe_store(line, Int32(largest) if args.flag(3) else exponent_of_largest(largest))
 
 
 comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads, unless the product is cut into k ranges
@@ -383,7 +384,7 @@ def partial_maxima(task: Int, args: Args):
 
 comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
 comptime EXACT_RESIDUES = Interface(
-    "residues exponents x", "length line_stride element_stride bits lines range_length", ""
+    "residues exponents x", "length line_stride element_stride bits lines range_length plane_line k_offset", ""
 )
 
 
@@ -492,8 +493,9 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
     [16g, 16g + 16) of line `line` of x (as exact_prep takes it, cut with exponent_at's e) and stores the symmetric
     residues of their fixed-point values modulo each of the first `moduli` MODULI at
-    residues[(i·lines + line)·padded(length) + k] (int8; the padding, and every residue of a non-finite line,
-    zero), so a line's groups lie side by side."""
+    residues[(i·lines + line)·plane_line + k_offset + k] (int8; the padding, and every residue of a non-finite
+    line, zero), so a line's groups lie side by side (plane_line: padded(length), or longer where the line is one
+    part of a concatenated k, which starts at k_offset: gemm_exact_summed_on)."""
     var length = args.size(0)
     var bits = args.size(3)
     var lines = args.size(4)
@@ -506,7 +508,7 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     comptime for i in range(moduli):
         residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            (i * lines + line) * padded(length) + first, group.residues[MODULI[i]]()
+            (i * lines + line) * args.size(6) + args.size(7) + first, group.residues[MODULI[i]]()
         )
 
 
@@ -567,7 +569,7 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
                     i * TILE_LINES * TILE_ROW + row * TILE_ROW + thread % TILE_GROUPS * RESIDUE_GROUP
                 )
                 residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-                    (i * lines + line) * padded(length) + g * RESIDUE_GROUP, values
+                    (i * lines + line) * args.size(6) + args.size(7) + g * RESIDUE_GROUP, values
                 )
 
 
@@ -780,12 +782,19 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> I
     """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU) and the exponents
     (exponents_bytes) of both operands, the plane products' sums and the partial maxima of a transposed operand's
     lines (`splits` as gemm_exact_residues_on takes it; on a GPU in residue_product's order, A's part first)."""
+    return joined_workspace_bytes(M, N, Joined[1].one(K), splits, gpu)
+
+
+def joined_workspace_bytes[terms: Int](M: Int, N: Int, k: Joined[terms], splits: Int, gpu: Bool) -> Int:
+    """residue_workspace_bytes for operands joined along k (Joined): the planes' lines as long as their k extent, the
+    partial maxima of every term's lines."""
+    var K = k.extent
     var planes: Int
     if gpu:
-        planes = moduli_count(K) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
+        planes = moduli_count(k.total) * (M + N) * padded(K) + sums_bytes(M, N, K, splits)
     else:
         planes = 2 * WIDE_COUNT * (M + N) * padded(K) + 4 * WIDE_COUNT * M * N
-    return planes + exponents_bytes(M) + exponents_bytes(N) + 4 * max(M, N) * exponent_blocks(K)
+    return planes + exponents_bytes(M) + exponents_bytes(N) + 4 * max(M, N) * k.exponent_blocks()
 
 
 def exponents_bytes(count: Int) -> Int:
@@ -821,13 +830,16 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
         gemm_exact_ranges_on[transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace,
                                                                range_length, a_ready)
     elif not dev[].is_gpu():
-        wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, K, accumulate, workspace)
+        wide_residue_product[transpose_a, transpose_b](dev, c, Array[F32Ptr, 1](fill=a), Array[F32Ptr, 1](fill=b), M,
+                                                       N, Joined[1].one(K), accumulate, workspace)
     elif moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits,
-                                                             a_ready)
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
+                                                             Array[F32Ptr, 1](fill=b), M, N, Joined[1].one(K),
+                                                             accumulate, workspace, splits, a_ready)
     else:
-        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, K, accumulate, workspace, splits,
-                                                             a_ready)
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
+                                                             Array[F32Ptr, 1](fill=b), M, N, Joined[1].one(K),
+                                                             accumulate, workspace, splits, a_ready)
 
 
 def gemm_exact_shared_a_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
@@ -843,25 +855,53 @@ def gemm_exact_shared_a_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
         )
 
 
-def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool](
-    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
-    splits: Int, a_ready: Bool,
+def gemm_exact_summed_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
+    dev: DevicePtr, c: F32Ptr, a: Array[F32Ptr, terms], b: Array[F32Ptr, terms], M: Int, N: Int,
+    k: Array[Int, terms], count: Int, accumulate: Bool, workspace: Int,
 ) raises:
-    """gemm_exact_residues_on on a GPU, for K whose definition takes `moduli` moduli: the planes (A's unless
-    a_ready), their products on the tensor cores, the reconstruction (with `fused`, the last two in one kernel)."""
-    var bits = bits_per_side(K)
+    """C (+)= op(A_0)·op(B_0) + op(A_1)·op(B_1) + … for the first `count` terms as one exact product, of A_0 | A_1 | …
+    joined along k by B_0 over B_1 over …: k = k_0 + k_1 + …, each line's exponent over all its terms, one rounding
+    (the input's gradient through q, k and v). On a GPU the fused form at its own split; `workspace` holds
+    summed_workspace_bytes(M, N, k, count, dev[].is_gpu())."""
+    var joined = Joined[terms](k, count)
+    if joined.total > MAX_K:
+        raise Error("gemm_exact: k = ", joined.total, " passes the definition's ", MAX_K)
+    if not dev[].is_gpu():
+        wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, joined, accumulate, workspace)
+        return
+    var splits = fused_splits(M, N, joined.extent, 0)
+    if moduli_count(joined.total) == 11:
+        residue_product[11, transpose_a, transpose_b, True](dev, c, a, b, M, N, joined, accumulate, workspace, splits,
+                                                            False)
+    else:
+        residue_product[12, transpose_a, transpose_b, True](dev, c, a, b, M, N, joined, accumulate, workspace, splits,
+                                                            False)
+
+
+def summed_workspace_bytes[terms: Int](M: Int, N: Int, k: Array[Int, terms], count: Int, gpu: Bool) -> Int:
+    """Bytes of gemm_exact_summed_on's workspace."""
+    var joined = Joined[terms](k, count)
+    return joined_workspace_bytes(M, N, joined, fused_splits(M, N, joined.extent, 0), gpu)
+
+
+def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool, terms: Int](
+    dev: DevicePtr, c: F32Ptr, a: Array[F32Ptr, terms], b: Array[F32Ptr, terms], M: Int, N: Int, k: Joined[terms],
+    accumulate: Bool, workspace: Int, splits: Int, a_ready: Bool,
+) raises:
+    """gemm_exact_residues_on on a GPU, for a k whose definition takes `moduli` moduli: the planes (A's unless
+    a_ready), their products on the tensor cores, the reconstruction (with `fused`, the last two in one kernel).
+    With several terms (gemm_exact_summed_on), the product of their operands joined along k."""
+    var bits = bits_per_side(k.total)
+    var K = k.extent
     var a_residues = workspace  # A's part first, so that products of one A and any N find it at the same place
     var a_exponents = a_residues + moduli * M * padded(K)
     var b_residues = a_exponents + exponents_bytes(M)
     var b_exponents = b_residues + moduli * N * padded(K)
     var sums = b_exponents + exponents_bytes(N)
     var partial = sums + sums_bytes(M, N, K, splits)
-    # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
     if not a_ready:
-        residue_planes[moduli](dev, a_residues, a_exponents, partial, a, M, K, 1 if transpose_a else K,
-                               M if transpose_a else 1, bits)
-    residue_planes[moduli](dev, b_residues, b_exponents, partial, b, N, K, K if transpose_b else 1,
-                           1 if transpose_b else N, bits)
+        joined_planes[moduli, terms](dev, a_residues, a_exponents, partial, a, M, k, not transpose_a, bits)
+    joined_planes[moduli, terms](dev, b_residues, b_exponents, partial, b, N, k, transpose_b, bits)
     comptime if HAS_ACCELERATOR:
         comptime if fused:
             if fused_pays(M, N, K, splits):
@@ -870,6 +910,96 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
                 return
         plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
     reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
+
+
+struct Joined[terms: Int](Copyable, Movable):
+    """The k of an exact product whose operands are one or more terms joined along k (gemm_exact_summed_on): each
+    term's k, the definition's k (their sum: b and the moduli follow from it), and the k the planes' lines take:
+    one term's own k, or the sum of the terms' padded k (each term's residues start where the one before ends,
+    padded, so that every store and copy stays 16-byte aligned; the zeros between add nothing)."""
+
+    var k: Array[Int, Self.terms]
+    var count: Int
+    var total: Int
+    var extent: Int
+
+    def __init__(out self, k: Array[Int, Self.terms], count: Int):
+        self.k = k.copy()
+        self.count = count
+        self.total = 0
+        self.extent = 0
+        for t in range(count):
+            self.total += k[t]
+            self.extent += padded(k[t])
+        if count == 1:
+            self.extent = k[0]
+
+    @staticmethod
+    def one(K: Int) -> Joined[1]:
+        return Joined[1](Array[Int, 1](fill=K), 1)
+
+    def offset(self, t: Int) -> Int:
+        """Where term t's k begin in a line of the joined planes."""
+        var at = 0
+        for s in range(t):
+            at += padded(self.k[s])
+        return at
+
+    def exponent_blocks(self) -> Int:
+        """Partial maxima a joined line takes at most (joined_planes)."""
+        var blocks = 0
+        for t in range(self.count):
+            blocks += exponent_blocks(self.k[t])
+        return blocks
+
+
+def joined_planes[moduli: Int, terms: Int](
+    dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Int,
+    k: Joined[terms], along: Bool, bits: Int,
+) raises:
+    """The residue planes of an operand's lines (A's rows, B's columns), its terms joined along k: each line's
+    exponent over every term (joined_line_exponents), then each term's residues at its offset of the line. along:
+    a line's elements are contiguous (A's rows of A·B, B's columns of A·Bᵀ: x(line, k) at line·k_t + k), else
+    `lines` apart (at k·lines + line)."""
+    if k.count == 1:
+        residue_planes[moduli](dev, residues, exponents, partial, x[0], lines, k.total, k.total if along else 1,
+                               1 if along else lines, bits)
+        return
+    joined_line_exponents(dev, exponents, partial, x, lines, k, along)
+    for t in range(k.count):
+        line_residues[moduli](dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1,
+                              1 if along else lines, bits, 0, k.extent, k.offset(t))
+
+
+def joined_line_exponents[terms: Int](
+    dev: DevicePtr, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Int, k: Joined[terms], along: Bool
+) raises:
+    """exponents[line] = e of each line over every term, laid out as joined_planes takes them: the bits of each
+    term's largest magnitudes of each line side by side in `partial` (a warp a line where its elements are
+    contiguous, else partial_maxima over blocks of k), `lines` apart, then line_exponents over them, as over a
+    transposed line's partial maxima (a maximum of bit patterns: any order and grouping give the same e)."""
+    var blocks = 0  # the partial maxima of each line so far
+    for t in range(k.count):
+        var at = partial + 4 * blocks * lines
+        if along:
+            var args = Args.empty()  # LINE_EXPONENTS
+            args.addresses[0] = Int64(at)
+            args.addresses[1] = Int64(Int(x[t]))
+            args.sizes[0] = Int64(k.k[t])
+            args.sizes[1] = Int64(k.k[t])
+            args.sizes[2] = Int64(1)
+            args.sizes[3] = Int64(1)  # the largest magnitude's bits, not its exponent
+            launch_rows[line_exponents](dev, lines, args)
+            blocks += 1
+        else:
+            blocks += partial_maxima_on(dev, at, x[t], lines, k.k[t], 1, lines, EXPONENT_BLOCK)
+    var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: a line's lie `lines` apart
+    maxima.addresses[0] = Int64(exponents)
+    maxima.addresses[1] = Int64(partial)
+    maxima.sizes[0] = Int64(blocks)
+    maxima.sizes[1] = Int64(1)
+    maxima.sizes[2] = Int64(lines)
+    launch_rows[line_exponents](dev, lines, maxima)
 
 
 def reconstruct[moduli: Int, wide: Bool](
@@ -899,6 +1029,16 @@ def residue_planes[moduli: Int](
     warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
     k is cut with its own exponents (exponent_at)."""
     line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
+    line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
+                          padded(length), 0)
+
+
+def line_residues[moduli: Int](
+    dev: DevicePtr, residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
+    element_stride: Int, bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
+) raises:
+    """residue_planes' second step, the lines' exponents found: each line's residues at k_offset of its line of
+    plane_line bytes in each plane (exact_residues, exact_residues_across)."""
     var planes = Args.empty()  # EXACT_RESIDUES
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
@@ -909,6 +1049,8 @@ def residue_planes[moduli: Int](
     planes.sizes[3] = Int64(bits)
     planes.sizes[4] = Int64(lines)
     planes.sizes[5] = Int64(range_length)
+    planes.sizes[6] = Int64(plane_line)
+    planes.sizes[7] = Int64(k_offset)
     var groups = padded(length) // RESIDUE_GROUP
     if element_stride == 1:
         launch_index[exact_residues[moduli]](dev, lines * groups, planes)
@@ -1578,42 +1720,58 @@ comptime PAIR_MIN_TASKS = 32  # fewer rows a task until the launch has this many
 comptime I16Ptr = Pointer[Int16, MutUntrackedOrigin]
 
 
-def wide_residue_product[transpose_a: Bool, transpose_b: Bool](
-    dev: DevicePtr, c: F32Ptr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, accumulate: Bool, workspace: Int,
+def wide_residue_product[transpose_a: Bool, transpose_b: Bool, terms: Int](
+    dev: DevicePtr, c: F32Ptr, a: Array[F32Ptr, terms], b: Array[F32Ptr, terms], M: Int, N: Int, k: Joined[terms],
+    accumulate: Bool, workspace: Int,
 ) raises:
     """gemm_exact_residues_on on the CPU: the lines' exponents, their int16 planes, the plane products, the
-    reconstruction."""
+    reconstruction; with several terms (gemm_exact_summed_on), of their operands joined along k."""
     # |X| < P/2 for the 12 MODULI's P (bits_per_side), so twice that P leaves crt_round's estimate a margin of 1/4;
     # below 2^96, X is found modulo 2^96.
     comptime assert modulus_product[True, WIDE_COUNT]() > 2 * modulus_product[False, 12](), "too few WIDE_MODULI"
     comptime assert modulus_product[True, WIDE_COUNT]() < UInt128(1) << UInt128(CRT_BITS), "too many WIDE_MODULI"
-    var bits = bits_per_side(K)
+    var bits = bits_per_side(k.total)
+    var K = k.extent
     var a_planes = workspace
     var b_planes = a_planes + 2 * WIDE_COUNT * M * padded(K)
     var sums = b_planes + 2 * WIDE_COUNT * N * padded(K)
     var a_exponents = sums + 4 * WIDE_COUNT * M * N
     var b_exponents = a_exponents + 4 * M
     var partial = b_exponents + 4 * N
-    # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
-    wide_planes(dev, a_planes, a_exponents, partial, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
-    wide_planes(dev, b_planes, b_exponents, partial, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
+    wide_joined_planes(dev, a_planes, a_exponents, partial, a, M, k, not transpose_a, bits)
+    wide_joined_planes(dev, b_planes, b_exponents, partial, b, N, k, transpose_b, bits)
     wide_products(dev, sums, a_planes, b_planes, M, N, K)
     reconstruct[WIDE_COUNT, True](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
 
-def wide_planes(
-    dev: DevicePtr, planes: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
-    element_stride: Int, bits: Int,
+def wide_joined_planes[terms: Int](
+    dev: DevicePtr, planes: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Int,
+    k: Joined[terms], along: Bool, bits: Int,
 ) raises:
-    """The lines' exponents (line_exponents_on), then each line's symmetric residues modulo WIDE_MODULI[i] at
-    planes[(i·lines + line)·padded(length) + k] (int16, zero in the padding and for a non-finite line), a task a
-    line and group of 16 k, the group's 16 values converted at once. Tasks go along a line where its elements are
-    contiguous, else across neighbouring lines, so that neighbouring tasks read neighbouring floats."""
-    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
+    """joined_planes' CPU form: the lines' exponents over every term, then each term's int16 planes (wide_planes) at
+    its offset of the line."""
+    if k.count == 1:
+        line_exponents_on(dev, exponents, partial, x[0], lines, k.total, k.total if along else 1,
+                          1 if along else lines)
+    else:
+        joined_line_exponents(dev, exponents, partial, x, lines, k, along)
+    for t in range(k.count):
+        wide_planes(dev, planes, exponents, x[t], lines, k.k[t], k.k[t] if along else 1, 1 if along else lines,
+                    bits, padded(k.extent), k.offset(t))
+
+
+def wide_planes(
+    dev: DevicePtr, planes: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
+    element_stride: Int, bits: Int, plane_line: Int, k_offset: Int,
+) raises:
+    """With the lines' exponents found, each line's symmetric residues modulo WIDE_MODULI[i] at
+    planes[(i·lines + line)·plane_line + k_offset + k] (int16, zero in the padding and for a non-finite line), a
+    task a line and group of 16 k, the group's 16 values converted at once. Tasks go along a line where its
+    elements are contiguous, else across neighbouring lines, so that neighbouring tasks read neighbouring floats."""
     var groups = padded(length) // RESIDUE_GROUP
     var along = element_stride == 1
 
-    def task_range(begin: Int, end: Int) {imm planes, imm exponents, imm x, imm lines, imm length, imm line_stride, imm element_stride, imm bits, imm groups, imm along}:
+    def task_range(begin: Int, end: Int) {imm planes, imm exponents, imm x, imm lines, imm length, imm line_stride, imm element_stride, imm bits, imm groups, imm along, imm plane_line, imm k_offset}:
         var residues = I16Ptr(unsafe_from_address=planes)
         for task in range(begin, end):
             var line = task // groups if along else task % lines
@@ -1621,7 +1779,7 @@ def wide_planes(
             var e = i32_at(exponents).unsafe_load(line)
             var group = fixed_group(x.unsafe_offset(line * line_stride), element_stride, length, first, bits, e)
             comptime for i in range(WIDE_COUNT):
-                residues.unsafe_store((i * lines + line) * padded(length) + first,
+                residues.unsafe_store((i * lines + line) * plane_line + k_offset + first,
                                       group.residues[WIDE_MODULI[i], DType.int16]())
 
     cpu_parallel_for(dev, task_range, lines * groups)

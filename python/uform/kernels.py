@@ -351,15 +351,18 @@ def _identical_product(entry, label: str, c: Buffer, a: Buffer, b: Buffer, m: in
 def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns: list[int], ks: list[int], *,
                transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False, summed: bool = False,
                k_range: int = 0) -> None:
-    """Up to three identical products in one call, each with the bits it has launched alone (``gemm``): apart,
-    C_t (+)= op(A_t)·op(B_t) for each t (one k, the sizes n_t); summed, one C (+)= op(A_0)·op(B_0), then
-    C += op(A_t)·op(B_t) in order (one C and n, the sizes k_t), as ``gemm`` calls with accumulate after the first.
+    """Up to three identical products in one call. Apart, C_t (+)= op(A_t)·op(B_t) for each t (one k, the sizes
+    n_t), each with the bits it has launched alone (``gemm``). Summed (one C and n, the sizes k_t), the product of
+    the terms' operands joined along k, C (+)= [op(A_0) op(A_1) …]·[op(B_0); op(B_1); …]: where the exact GEMM's
+    shape rule takes the joined m × n × Σk_t product (``gemm_is_exact``), one exact product with one rounding, the
+    bits of ``gemm`` on the joined operands (gemm_exact_summed_on); else the fma chain's C (+)= op(A_0)·op(B_0),
+    then C += op(A_t)·op(B_t) in order, as ``gemm`` calls with accumulate after the first.
     On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
-    after another (mojo/kernels/gemm.mojo, gemm_group_on). Products the exact GEMM's shape rule takes run one
-    after another too, by ``gemm``, unless all of them are exact, apart and of one A (q, k and v of one input,
+    after another (mojo/kernels/gemm.mojo, gemm_group_on). Products apart that the exact GEMM's shape rule takes
+    run one after another too, by ``gemm``, unless all of them are exact and of one A (q, k and v of one input,
     their weight gradients): then one call, which on a GPU finds A's residue planes once where it finds them for a
     whole product (gemm_exact_shared_a_on: unranged, or k ranges of whole stages run together).
-    Layouts and k_range as ``gemm``."""
+    Layouts and k_range as ``gemm`` (summed exact products take no k ranges)."""
     terms = len(cs)
     if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
         raise ValueError(f"gemm_group takes 1 to 3 products with one C, A, B, n and k each, got {terms} C")
@@ -379,20 +382,25 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
             any(_overlap(c, d) for i, c in enumerate(distinct_cs) for d in distinct_cs[i + 1:]):
         raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
                          "of one launch run at once)")
-    exact = [gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
-    one_a = all(a.address == as_[0].address for a in as_)
-    if any(exact) and not (all(exact) and one_a and not summed):  # the exact GEMM's products run alone
-        for t, (c, a, b, n, k) in enumerate(zip(cs, as_, bs, ns, ks)):
-            gemm(c, a, b, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b,
-                 accumulate=accumulate or (summed and t > 0), k_range=k_range)
-        return
     label = "gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else "")
-    if all(exact):
-        label += "_exact" + ("_rows" if k_range else "")
-    # the largest workspace of the products, which serves each in turn: the exact GEMM's for exact products of
-    # one A, else their fma chains' partial sums (a product cut into k ranges)
-    nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, not all(exact))
-                 for n, k in zip(ns, ks))
+    if summed and gemm_is_exact(m, ns[0], sum(ks), k_range):  # one exact product over the joined k
+        if k_range:
+            raise ValueError("gemm_group: summed exact products take no k ranges")
+        label += "_exact_summed"
+        nbytes = int(_engine.gemm_summed_workspace(m, ns[0], list(ks), device.is_gpu))
+    else:
+        exact = [not summed and gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
+        if any(exact) and not (all(exact) and all(a.address == as_[0].address for a in as_)):
+            for c, a, b, n in zip(cs, as_, bs, ns):  # the exact GEMM's products apart run alone
+                gemm(c, a, b, m, n, ks[0], transpose_a=transpose_a, transpose_b=transpose_b, accumulate=accumulate,
+                     k_range=k_range)
+            return
+        if all(exact):
+            label += "_exact" + ("_rows" if k_range else "")
+        # the largest workspace of the products, which serves each in turn: the exact GEMM's for exact products of
+        # one A, else their fma chains' partial sums (a product cut into k ranges)
+        nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, not all(exact))
+                     for n, k in zip(ns, ks))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],

@@ -1,8 +1,8 @@
 """The exact GEMM's definition (issue 12), executable: the value every device must give, bit for bit.
 
-Not yet the engine's GEMM (that is still the fma chain of docs/numerics.md): this is the specification its
-CPU and tensor-core kernels will be checked against, and the measure of its accuracy. For C = A·B with A
-M×K and B K×N in float32:
+The identical GEMM wherever the canonical shape rule takes a product (docs/numerics.md; the fma chain below
+it): the specification its CPU and tensor-core kernels are checked against, and the measure of its accuracy.
+For C = A·B with A M×K and B K×N in float32:
 
 1. Scales from exponents alone. e_i is the exponent of max_k |a_ik| (frexp: max in [2^(e−1), 2^e)), f_j
    that of max_k |b_kj|; an all-zero row or column takes 0.
@@ -21,6 +21,9 @@ M×K and B K×N in float32:
 
 6. Non-finite inputs: an output whose row of A or column of B holds an infinity or a NaN is NaN, so a
    non-finite operand (a diverging gradient) never yields a finite result.
+
+A sum of products, Σ_t A_t·B_t (``kernels.gemm_group(summed=True)``: the input's gradient through q, k and v),
+is one product of the terms joined along k: ``exact_gemm(np.hstack(as_), np.vstack(bs))``.
 """
 
 from __future__ import annotations
