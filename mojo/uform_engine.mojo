@@ -150,13 +150,15 @@ def kernel_entry[launch: Launcher](
     return PythonObject(None)
 
 
-def launch_attention[body: TeamBody](dev: DevicePtr, n: Int, args: Args) raises:
+def launch_attention[body: TeamBody, registers: Int](dev: DevicePtr, n: Int, args: Args) raises:
     """A team kernel of attention, the variant compiled for the operands' head dimension."""
     var head_dim = attention.Attention(args).head_dim
     comptime for i in range(len(attention.HEAD_DIMS)):
         comptime D = attention.HEAD_DIMS[i]
         if head_dim == D:
-            launch_teams[D, attention.TEAM, attention.SCRATCH, body, attention.teams_per_sm[D]()](dev, n, args)
+            launch_teams[D, attention.TEAM, attention.SCRATCH, body, attention.teams_per_sm[D](registers)](
+                dev, n, args
+            )
             return
     raise Error("attention: head_dim ", head_dim, " is not compiled")
 
@@ -495,9 +497,11 @@ def elements[body: ElementBody](
     register[launch_elements[body]](m, interfaces, name, interface)
 
 
-def teams[body: TeamBody](mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString) raises:
+def teams[body: TeamBody, registers: Int](
+    mut m: PythonModuleBuilder, interfaces: PythonObject, name: StaticString
+) raises:
     """An attention team kernel (every one reads the ATTENTION interface)."""
-    register[launch_attention[body]](m, interfaces, name, attention.ATTENTION)
+    register[launch_attention[body, registers]](m, interfaces, name, attention.ATTENTION)
 
 
 def fast_teams[body: GpuTeamBody, registers: Int](
@@ -561,10 +565,10 @@ def PyInit__engine() abi("C") -> PythonObject:
         register[norms.launch_column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
         elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)
-        teams[attention.attention_forward](m, k, "attention_forward")
+        teams[attention.attention_forward, attention.FORWARD_REGISTERS](m, k, "attention_forward")
         index[attention.attention_backward_delta](m, k, "attention_backward_delta", attention.ATTENTION)
-        teams[attention.attention_backward_dkdv](m, k, "attention_backward_dkdv")
-        teams[attention.attention_backward_dq](m, k, "attention_backward_dq")
+        teams[attention.attention_backward_dkdv, attention.DKDV_REGISTERS](m, k, "attention_backward_dkdv")
+        teams[attention.attention_backward_dq, attention.DQ_REGISTERS](m, k, "attention_backward_dq")
         rows_of[attention_rows.attention_forward_rows](m, k, "attention_forward_rows", attention.ATTENTION)
         rows_of[attention_rows.attention_backward_rows](m, k, "attention_backward_rows", attention.ATTENTION)
         index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)

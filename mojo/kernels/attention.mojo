@@ -71,11 +71,19 @@ comptime SCRATCH = TILE * LINE + PANEL + 2 * EXCHANGE  # shared floats of a team
 comptime UNROLL = 8  # steps of the inner products unrolled
 
 
-def teams_per_sm[D: Int]() -> Int:
-    """Teams of 256 threads a multiprocessor runs at once, the compiler's register budget: 3 up to D = 64 (80
-    registers a thread, a few hundred bytes spilled; on the H200 the encoder's three team kernels ran 2–9 % faster
-    than 2 teams at 128 registers: bench/RESULTS.md, 2026-11-30 15:12), 2 for D = 128 (twice the output sums)."""
-    return 3 if D <= 64 else 2
+# Registers a thread of each team kernel keeps within, up to D = 64 (D = 128, twice the output sums, keeps 128):
+# more teams a multiprocessor hide more of the barriers' and loads' latency, until the spills cost more. On the H200
+# at the encoder's attention (bench/RESULTS.md, 2026-11-30 15:12 and 15:29) the forward and dq ran fastest at 64
+# (4 teams), dk/dv at 80 (3 teams; at 64 its spills made it 29 % slower than at 80).
+comptime FORWARD_REGISTERS = 64
+comptime DKDV_REGISTERS = 80
+comptime DQ_REGISTERS = 64
+
+
+def teams_per_sm[D: Int](registers: Int) -> Int:
+    """Teams of 256 threads meant to share a multiprocessor (the launch's hint to the compiler), so that a thread
+    keeps within `registers` (for D ≤ 64; 128 for D = 128)."""
+    return 65536 // (TEAM * (registers if D <= 64 else 128))
 
 
 comptime ATTENTION = Interface(
