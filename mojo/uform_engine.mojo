@@ -278,19 +278,13 @@ def product_group(
     args.sizes[0] = Int64(Int(py=M))
     args.sizes[1] = Int64(Int(py=N))
     args.sizes[2] = Int64(Int(py=K))
-    args.sizes[6] = Int64(terms | (Int(Bool(py=summed)) << 2) | (Int(Bool(py=accumulate)) << 3))
-    args.sizes[7] = Int64(Int(py=range_length))
     if 0 < exact < terms:
         raise Error("gemm_group: exact products group only with exact ones (gemm runs each)")
+    var flags = terms | (Int(Bool(py=summed)) << 2) | (Int(Bool(py=accumulate)) << 3) | (Int(exact > 0) << 4)
+    args.sizes[6] = Int64(flags)
+    args.sizes[7] = Int64(Int(py=range_length))
     var dev = device_of(device)
-    if exact > 0:
-        if ta:
-            record_or_launch[launch_exact_group[True, False]](dev, 1, args)
-        elif tb:
-            record_or_launch[launch_exact_group[False, True]](dev, 1, args)
-        else:
-            record_or_launch[launch_exact_group[False, False]](dev, 1, args)
-    elif ta:
+    if ta:
         record_or_launch[launch_product_group[True, False]](dev, 1, args)
     elif tb:
         record_or_launch[launch_product_group[False, True]](dev, 1, args)
@@ -301,7 +295,7 @@ def product_group(
 
 struct GroupSlots(Movable):
     """The operands of a group of products, from the slots product_group fills: each term's C, A and B, its varying
-    size (N_t apart, K_t summed), and the flags (terms, summed, accumulate)."""
+    size (N_t apart, K_t summed), and the flags (terms, summed, accumulate, exact)."""
 
     comptime T = gemm.GROUP_TERMS
     var c: Array[F32Ptr, Self.T]
@@ -311,6 +305,7 @@ struct GroupSlots(Movable):
     var terms: Int
     var summed: Bool
     var accumulate: Bool
+    var exact: Bool
 
     def __init__(out self, args: Args):
         self.c = Array[F32Ptr, Self.T](fill=args.f32(0))
@@ -326,31 +321,28 @@ struct GroupSlots(Movable):
         self.terms = flags & 3
         self.summed = (flags >> 2) & 1 != 0
         self.accumulate = (flags >> 3) & 1 != 0
+        self.exact = (flags >> 4) & 1 != 0
 
 
-def launch_exact_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
-    """A group of exact products (n is 1) as a launcher, from the slots product_group fills: summed, one product over
-    the terms' joined k; apart, products of one A."""
+def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
+    """A group of products (n is 1) as a launcher, from the slots product_group fills: exact and summed, one product
+    over the terms' joined k; exact and apart, products of one A; else the fma chain's group."""
     var group = GroupSlots(args)
-    if group.summed:
+    if group.exact and group.summed:
         gemm_exact.gemm_exact_summed_on[transpose_a, transpose_b, GroupSlots.T](
             dev, group.c[0], group.a, group.b, args.size(0), args.size(1), group.sizes, group.terms, group.accumulate,
             Int(args.addresses[3 * GroupSlots.T]),
         )
-        return
-    gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, GroupSlots.T](
-        dev, group.c, group.a[0], group.b, args.size(0), group.sizes, group.terms, args.size(2), group.accumulate,
-        Int(args.addresses[3 * GroupSlots.T]), args.size(7),
-    )
-
-
-def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
-    """A group of products (n is 1) as a launcher, from the slots product_group fills."""
-    var group = GroupSlots(args)
-    gemm.gemm_group_on[transpose_a, transpose_b](
-        dev, group.terms, group.summed, group.c, group.a, group.b, args.size(0), args.size(1), args.size(2),
-        group.sizes, group.accumulate, args.f32(3 * GroupSlots.T), args.size(7),
-    )
+    elif group.exact:
+        gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, GroupSlots.T](
+            dev, group.c, group.a[0], group.b, args.size(0), group.sizes, group.terms, args.size(2), group.accumulate,
+            Int(args.addresses[3 * GroupSlots.T]), args.size(7),
+        )
+    else:
+        gemm.gemm_group_on[transpose_a, transpose_b](
+            dev, group.terms, group.summed, group.c, group.a, group.b, args.size(0), args.size(1), args.size(2),
+            group.sizes, group.accumulate, args.f32(3 * GroupSlots.T), args.size(7),
+        )
 
 
 def launch_product[body: ProductBody, transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
