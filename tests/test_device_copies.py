@@ -92,7 +92,9 @@ def test_threads_sharing_a_device_each_read_their_own_values(device):
 @pytest.mark.skipif(uform.gpu_count() == 0, reason="needs a GPU")
 def test_a_wait_on_the_gpu_lets_other_threads_run():
     """While the host waits for ~0.1 s of queued GEMMs, a counting thread advances as it does while the host
-    sleeps (at least a third as fast), rather than standing still behind the GIL."""
+    sleeps (at least a third as fast), rather than standing still behind the GIL. A timing test: among other test
+    workers one measurement can be starved (once under `pytest -n 8` on the H200: bench/RESULTS.md, 2026-11-30
+    15:04), so the best of three attempts is judged; a wait that held the GIL fails all three."""
     gpu = uform.Device.gpu(0)
     n = 2048
     a = gpu.put(np.ones((n, n), np.float32))
@@ -104,24 +106,29 @@ def test_a_wait_on_the_gpu_lets_other_threads_run():
     gpu.synchronize()
     repeats = max(1, int(0.1 / max(time.perf_counter() - start, 1e-4)))
 
-    count, stop = [0], [False]
+    def attempt() -> tuple[float, float]:
+        """The counting thread's rate while the host waits on the GPU, and while it sleeps as long."""
+        count, stop = [0], [False]
 
-    def spin():
-        while not stop[0]:
-            count[0] += 1
+        def spin():
+            while not stop[0]:
+                count[0] += 1
 
-    thread = threading.Thread(target=spin)
-    thread.start()
-    try:
-        for _ in range(repeats):
-            K.gemm(c, a, a, n, n, n)
-        before, start = count[0], time.perf_counter()
-        gpu.synchronize()
-        waited, during = time.perf_counter() - start, count[0] - before
-        before, start = count[0], time.perf_counter()
-        time.sleep(waited)
-        slept, idle = time.perf_counter() - start, count[0] - before
-    finally:
-        stop[0] = True
-        thread.join()
-    assert during / waited >= idle / slept / 3, (during, waited, idle, slept)
+        thread = threading.Thread(target=spin)
+        thread.start()
+        try:
+            for _ in range(repeats):
+                K.gemm(c, a, a, n, n, n)
+            before, start = count[0], time.perf_counter()
+            gpu.synchronize()
+            waited, during = time.perf_counter() - start, count[0] - before
+            before, start = count[0], time.perf_counter()
+            time.sleep(waited)
+            slept, idle = time.perf_counter() - start, count[0] - before
+        finally:
+            stop[0] = True
+            thread.join()
+        return during / waited, idle / slept
+
+    rates = [attempt() for _ in range(3)]
+    assert any(waiting >= sleeping / 3 for waiting, sleeping in rates), rates
