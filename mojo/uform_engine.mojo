@@ -244,9 +244,10 @@ def product_group(
     accumulate: PythonObject, workspace: PythonObject, range_length: PythonObject,
 ) raises -> PythonObject:
     """A group of identical products (kernels/gemm.mojo, gemm_group_on): c, a, b and x are lists of one to three
-    terms' addresses and varying sizes (N_t apart, K_t summed). Products the exact GEMM's shape rule takes group
-    apart only all of them exact and of one A, whose planes are then found once (gemm_exact_shared_a_on); summed
-    terms are one product over their joined k, exact where the rule takes it (gemm_exact_summed_on)."""
+    terms' addresses and varying sizes (N_t apart, K_t summed). Products apart that the exact GEMM's shape rule
+    takes group only when all of them are exact and of one A, whose planes are then found once
+    (gemm_exact_shared_a_on); summed terms are one product over their joined k, exact where the rule takes the
+    joined product (gemm_exact_summed_on)."""
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:

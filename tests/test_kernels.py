@@ -170,6 +170,8 @@ def test_gemm_group_refuses_bad_groups_before_any_product(device):
         K.gemm_group([whole.view(0, (m, 512)), inside], [a, a], [b, b], m, [512, 512], [k, k])
     with pytest.raises(ValueError, match="apart from every A and B"):  # a C that starts inside A
         K.gemm_group([cs[0], inside], [a, whole.view(0, (m, k))], [b, b], m, [512, 512], [k, k])
+    with pytest.raises(ValueError, match="summed exact products take no k ranges"):  # Aᵀ·B, a (k, m) A
+        K.gemm_group([cs[0]] * 2, [a, a], [b, b], m, [512, 512], [k, k], summed=True, transpose_a=True, k_range=k)
     assert all((c.numpy() == 7.0).all() for c in (*cs, square, whole))
 
 

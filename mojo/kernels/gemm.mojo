@@ -707,7 +707,8 @@ def gemm_group_on[transpose_a: Bool, transpose_b: Bool](
     """A group of `terms` products, with the bits of each launched alone in order (their canonical order is per
     output, so a launch's company changes no bit). Apart: C_t (+)= op(A_t)·op(B_t) with N = x_t and the shared
     K (the byte LM's q, k and v from one input; their weight gradients). Summed: C (+)= op(A_0)·op(B_0), then
-    C += op(A_t)·op(B_t) for t = 1, 2, … with K = x_t and the shared N (the input gradient through q, k and v).
+    C += op(A_t)·op(B_t) for t = 1, 2, … with K = x_t and the shared N (the byte LM's input gradient through q, k
+    and v; summed products the exact GEMM takes are one product over the joined k: gemm_exact_summed_on).
     On a GPU, products of one k range that take the small tiles (the byte LM's: a few blocks each, whose time is
     their launch) run as one launch of gemm_group_gpu; otherwise, and on the CPU, one product after another
     (`gemm_on`, through `partials` for a product cut into k ranges)."""

@@ -782,7 +782,7 @@ def residue_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, gpu: Bool) -> I
     """Bytes of the residue form's workspace: the residue planes (int8 on a GPU, int16 on the CPU) and the exponents
     (exponents_bytes) of both operands, the plane products' sums and the partial maxima of a transposed operand's
     lines (`splits` as gemm_exact_residues_on takes it; on a GPU in residue_product's order, A's part first)."""
-    return joined_workspace_bytes(M, N, Joined[1].one(K), splits, gpu)
+    return joined_workspace_bytes(M, N, one_term(K), splits, gpu)
 
 
 def joined_workspace_bytes[terms: Int](M: Int, N: Int, k: Joined[terms], splits: Int, gpu: Bool) -> Int:
@@ -831,14 +831,14 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
                                                                range_length, a_ready)
     elif not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, Array[F32Ptr, 1](fill=a), Array[F32Ptr, 1](fill=b), M,
-                                                       N, Joined[1].one(K), accumulate, workspace)
+                                                       N, one_term(K), accumulate, workspace)
     elif moduli_count(K) == 11:
         residue_product[11, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
-                                                             Array[F32Ptr, 1](fill=b), M, N, Joined[1].one(K),
+                                                             Array[F32Ptr, 1](fill=b), M, N, one_term(K),
                                                              accumulate, workspace, splits, a_ready)
     else:
         residue_product[12, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
-                                                             Array[F32Ptr, 1](fill=b), M, N, Joined[1].one(K),
+                                                             Array[F32Ptr, 1](fill=b), M, N, one_term(K),
                                                              accumulate, workspace, splits, a_ready)
 
 
@@ -864,8 +864,8 @@ def gemm_exact_summed_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
     (the input's gradient through q, k and v). On a GPU the fused form at its own split; `workspace` holds
     summed_workspace_bytes(M, N, k, count, dev[].is_gpu())."""
     var joined = Joined[terms](k, count)
-    if joined.total > MAX_K:
-        raise Error("gemm_exact: k = ", joined.total, " passes the definition's ", MAX_K)
+    if joined.extent > MAX_K:  # the total, and the padding, which the chunk sums' bounds count too
+        raise Error("gemm_exact: joined k = ", joined.total, " (", joined.extent, " padded) passes ", MAX_K)
     if not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, joined, accumulate, workspace)
         return
@@ -934,10 +934,6 @@ struct Joined[terms: Int](Copyable, Movable):
         if count == 1:
             self.extent = k[0]
 
-    @staticmethod
-    def one(K: Int) -> Joined[1]:
-        return Joined[1](Array[Int, 1](fill=K), 1)
-
     def offset(self, t: Int) -> Int:
         """Where term t's k begin in a line of the joined planes."""
         var at = 0
@@ -953,22 +949,31 @@ struct Joined[terms: Int](Copyable, Movable):
         return blocks
 
 
-def joined_planes[moduli: Int, terms: Int](
+def one_term(K: Int) -> Joined[1]:
+    """The k of a product of one term."""
+    return Joined[1](Array[Int, 1](fill=K), 1)
+
+
+def joined_planes[moduli: Int, terms: Int, wide: Bool = False](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Int,
     k: Joined[terms], along: Bool, bits: Int,
 ) raises:
     """The residue planes of an operand's lines (A's rows, B's columns), its terms joined along k: each line's
-    exponent over every term (joined_line_exponents), then each term's residues at its offset of the line. along:
-    a line's elements are contiguous (A's rows of A·B, B's columns of A·Bᵀ: x(line, k) at line·k_t + k), else
-    `lines` apart (at k·lines + line)."""
+    exponent over every term (joined_line_exponents), then each term's residues at its offset of the line (int8,
+    or with `wide` the CPU's int16 planes: wide_planes). along: a line's elements are contiguous (A's rows of A·B,
+    B's columns of A·Bᵀ: x(line, k) at line·k_t + k), else `lines` apart (at k·lines + line)."""
     if k.count == 1:
-        residue_planes[moduli](dev, residues, exponents, partial, x[0], lines, k.total, k.total if along else 1,
-                               1 if along else lines, bits)
-        return
-    joined_line_exponents(dev, exponents, partial, x, lines, k, along)
+        line_exponents_on(dev, exponents, partial, x[0], lines, k.total, k.total if along else 1,
+                          1 if along else lines)
+    else:
+        joined_line_exponents(dev, exponents, partial, x, lines, k, along)
     for t in range(k.count):
-        line_residues[moduli](dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1,
-                              1 if along else lines, bits, 0, k.extent, k.offset(t))
+        comptime if wide:
+            wide_planes(dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1, 1 if along else lines,
+                        bits, padded(k.extent), k.offset(t))
+        else:
+            line_residues[moduli](dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1,
+                                  1 if along else lines, bits, 0, padded(k.extent), k.offset(t))
 
 
 def joined_line_exponents[terms: Int](
@@ -982,24 +987,11 @@ def joined_line_exponents[terms: Int](
     for t in range(k.count):
         var at = partial + 4 * blocks * lines
         if along:
-            var args = Args.empty()  # LINE_EXPONENTS
-            args.addresses[0] = Int64(at)
-            args.addresses[1] = Int64(Int(x[t]))
-            args.sizes[0] = Int64(k.k[t])
-            args.sizes[1] = Int64(k.k[t])
-            args.sizes[2] = Int64(1)
-            args.sizes[3] = Int64(1)  # the largest magnitude's bits, not its exponent
-            launch_rows[line_exponents](dev, lines, args)
+            contiguous_line_exponents(dev, at, x[t], lines, k.k[t], k.k[t], True)
             blocks += 1
         else:
             blocks += partial_maxima_on(dev, at, x[t], lines, k.k[t], 1, lines, EXPONENT_BLOCK)
-    var maxima = Args.empty()  # LINE_EXPONENTS over the partial maxima: a line's lie `lines` apart
-    maxima.addresses[0] = Int64(exponents)
-    maxima.addresses[1] = Int64(partial)
-    maxima.sizes[0] = Int64(blocks)
-    maxima.sizes[1] = Int64(1)
-    maxima.sizes[2] = Int64(lines)
-    launch_rows[line_exponents](dev, lines, maxima)
+    exponents_of_maxima(dev, exponents, partial, lines, blocks, lines)
 
 
 def reconstruct[moduli: Int, wide: Bool](
@@ -1071,26 +1063,40 @@ def line_exponents_on(
     of each range of each line, at exponents[range·lines + line]: the partial maxima over the ranges, each then
     a line of one value."""
     if range_length == 0 and element_stride == 1:
-        var args = Args.empty()  # LINE_EXPONENTS
-        args.addresses[0] = Int64(exponents)
-        args.addresses[1] = Int64(Int(x))
-        args.sizes[0] = Int64(length)
-        args.sizes[1] = Int64(line_stride)
-        args.sizes[2] = Int64(element_stride)
-        launch_rows[line_exponents](dev, lines, args)
+        contiguous_line_exponents(dev, exponents, x, lines, length, line_stride, False)
     else:
         var block = range_length if range_length > 0 else EXPONENT_BLOCK
         var blocks = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, block)
-        # LINE_EXPONENTS over the partial maxima: a line's `blocks` of them lie `lines` apart; with ranges each
-        # maximum is a line of its own (range r's of line l at r·lines + l, where its exponent goes)
+        # with ranges each maximum is a line of its own (range r's of line l at r·lines + l, where its exponent goes)
         var per_line = 1 if range_length > 0 else blocks
-        var maxima = Args.empty()
-        maxima.addresses[0] = Int64(exponents)
-        maxima.addresses[1] = Int64(partial)
-        maxima.sizes[0] = Int64(per_line)
-        maxima.sizes[1] = Int64(1)
-        maxima.sizes[2] = Int64(lines)
-        launch_rows[line_exponents](dev, lines * blocks // per_line, maxima)
+        exponents_of_maxima(dev, exponents, partial, lines * blocks // per_line, per_line, lines)
+
+
+def contiguous_line_exponents(
+    dev: DevicePtr, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, magnitudes: Bool
+) raises:
+    """line_exponents over lines whose elements are contiguous, a GPU warp a line: exponents[line] = each line's e,
+    or with `magnitudes` the bits of its largest magnitude."""
+    var args = Args.empty()  # LINE_EXPONENTS
+    args.addresses[0] = Int64(exponents)
+    args.addresses[1] = Int64(Int(x))
+    args.sizes[0] = Int64(length)
+    args.sizes[1] = Int64(line_stride)
+    args.sizes[2] = Int64(1)
+    args.sizes[3] = Int64(1 if magnitudes else 0)
+    launch_rows[line_exponents](dev, lines, args)
+
+
+def exponents_of_maxima(dev: DevicePtr, exponents: Int, partial: Int, lines: Int, per_line: Int, apart: Int) raises:
+    """exponents[line] = e of each line from its `per_line` largest magnitudes' bits in `partial`, those of line l at
+    partial[l + j·apart] (line_exponents over them: a maximum of bit patterns)."""
+    var maxima = Args.empty()  # LINE_EXPONENTS
+    maxima.addresses[0] = Int64(exponents)
+    maxima.addresses[1] = Int64(partial)
+    maxima.sizes[0] = Int64(per_line)
+    maxima.sizes[1] = Int64(1)
+    maxima.sizes[2] = Int64(apart)
+    launch_rows[line_exponents](dev, lines, maxima)
 
 
 def partial_maxima_on(
@@ -1376,7 +1382,7 @@ comptime EXACT_FUSED = Interface(
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
 def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
-    residue planes residue_planes wrote: for every modulus the plane products of the split's range of k on the
+    residue planes residue_planes (or joined_planes) wrote: for every modulus the plane products of the split's range of k on the
     tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds its outputs
     (128 or 64; else exact_fused_splits_summed does, after every split). With `ranges`, each split is a product
     of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
@@ -1738,26 +1744,10 @@ def wide_residue_product[transpose_a: Bool, transpose_b: Bool, terms: Int](
     var a_exponents = sums + 4 * WIDE_COUNT * M * N
     var b_exponents = a_exponents + 4 * M
     var partial = b_exponents + 4 * N
-    wide_joined_planes(dev, a_planes, a_exponents, partial, a, M, k, not transpose_a, bits)
-    wide_joined_planes(dev, b_planes, b_exponents, partial, b, N, k, transpose_b, bits)
+    joined_planes[WIDE_COUNT, terms, wide=True](dev, a_planes, a_exponents, partial, a, M, k, not transpose_a, bits)
+    joined_planes[WIDE_COUNT, terms, wide=True](dev, b_planes, b_exponents, partial, b, N, k, transpose_b, bits)
     wide_products(dev, sums, a_planes, b_planes, M, N, K)
     reconstruct[WIDE_COUNT, True](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
-
-
-def wide_joined_planes[terms: Int](
-    dev: DevicePtr, planes: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Int,
-    k: Joined[terms], along: Bool, bits: Int,
-) raises:
-    """joined_planes' CPU form: the lines' exponents over every term, then each term's int16 planes (wide_planes) at
-    its offset of the line."""
-    if k.count == 1:
-        line_exponents_on(dev, exponents, partial, x[0], lines, k.total, k.total if along else 1,
-                          1 if along else lines)
-    else:
-        joined_line_exponents(dev, exponents, partial, x, lines, k, along)
-    for t in range(k.count):
-        wide_planes(dev, planes, exponents, x[t], lines, k.k[t], k.k[t] if along else 1, 1 if along else lines,
-                    bits, padded(k.extent), k.offset(t))
 
 
 def wide_planes(

@@ -207,6 +207,12 @@ def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: in
     return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu), bool(fma_only)))
 
 
+@functools.lru_cache(maxsize=1024)
+def _gemm_summed_workspace_bytes(m: int, n: int, ks: tuple[int, ...], gpu: bool) -> int:
+    """Bytes of the workspace of summed exact products over the terms' k (``gemm_group``)."""
+    return int(_engine.gemm_summed_workspace(m, n, list(ks), bool(gpu)))
+
+
 def _overlap(x: Buffer, y: Buffer) -> bool:
     """Whether two buffers (or views) of one device share any byte."""
     return x.address < y.address + y.nbytes and y.address < x.address + x.nbytes
@@ -386,8 +392,11 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     if summed and gemm_is_exact(m, ns[0], sum(ks), k_range):  # one exact product over the joined k
         if k_range:
             raise ValueError("gemm_group: summed exact products take no k ranges")
+        if sum(-(-k // 16) * 16 for k in ks) > EXACT_GEMM_MAX_K:
+            raise ValueError(f"gemm_group: summed exact products join k up to {EXACT_GEMM_MAX_K}, each term's k "
+                             f"rounded up to 16, got {list(ks)}")
         label += "_exact_summed"
-        nbytes = int(_engine.gemm_summed_workspace(m, ns[0], list(ks), device.is_gpu))
+        nbytes = _gemm_summed_workspace_bytes(m, ns[0], tuple(ks), device.is_gpu)
     else:
         exact = [not summed and gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
         if any(exact) and not (all(exact) and all(a.address == as_[0].address for a in as_)):
