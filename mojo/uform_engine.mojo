@@ -123,6 +123,7 @@ def engine_facts() raises -> PythonObject:
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
     facts["exact_gemm_max_k"] = PythonObject(gemm_exact.MAX_K)
+    facts["exact_residue_alignment"] = PythonObject(gemm_exact.RESIDUE_ALIGNMENT)
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))

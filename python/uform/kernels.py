@@ -33,6 +33,7 @@ ATTENTION_FAST_TILE = FACTS["attention_fast_tile"]  # tokens of one fast-mode at
 FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: weights fold the normalisation
 FORM_RANKED = FACTS["form_ranked"]
 EXACT_GEMM_MAX_K = FACTS["exact_gemm_max_k"]  # the longest contraction the exact GEMM's definition covers
+EXACT_RESIDUE_ALIGNMENT = FACTS["exact_residue_alignment"]  # k a residue line is padded to a multiple of
 CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -392,9 +393,10 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     if summed and gemm_is_exact(m, ns[0], sum(ks), k_range):  # one exact product over the joined k
         if k_range:
             raise ValueError("gemm_group: summed exact products take no k ranges")
-        if sum(-(-k // 16) * 16 for k in ks) > EXACT_GEMM_MAX_K:
+        step = EXACT_RESIDUE_ALIGNMENT
+        if sum(-(-k // step) * step for k in ks) > EXACT_GEMM_MAX_K:
             raise ValueError(f"gemm_group: summed exact products join k up to {EXACT_GEMM_MAX_K}, each term's k "
-                             f"rounded up to 16, got {list(ks)}")
+                             f"rounded up to {step}, got {list(ks)}")
         label += "_exact_summed"
         nbytes = _gemm_summed_workspace_bytes(m, ns[0], tuple(ks), device.is_gpu)
     else:
