@@ -30,7 +30,6 @@ from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
 
 comptime GPU_BLOCK = 128
-comptime TEAMS_PER_SM = 2  # a team kernel's register budget lets this many teams share a multiprocessor
 comptime ADDRESS_SLOTS = 12
 comptime SIZE_SLOTS = 8
 comptime SCALAR_SLOTS = 8
@@ -376,11 +375,12 @@ def sync[played: Int]():
         barrier()
 
 
-def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int = TEAMS_PER_SM](
+def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int](
     dev: DevicePtr, n: Int, args: Args
 ) raises:
     """Run every task in [0, n) by a team of `team` threads sharing `scratch` floats: on a GPU a block of
-    `team` threads a task (body[D, 1]); on the CPU one call of body[D, team] a task, playing the whole team."""
+    `team` threads a task (body[D, 1]), `per_sm` blocks meant to share a multiprocessor (the compiler's register
+    budget); on the CPU one call of body[D, team] a task, playing the whole team."""
     if n <= 0:
         return
     if dev[].is_gpu():
