@@ -832,14 +832,10 @@ def gemm_exact_residues_on[transpose_a: Bool, transpose_b: Bool, fused: Bool = F
     elif not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, Array[F32Ptr, 1](fill=a), Array[F32Ptr, 1](fill=b), M,
                                                        N, one_term(K), accumulate, workspace)
-    elif moduli_count(K) == 11:
-        residue_product[11, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
-                                                             Array[F32Ptr, 1](fill=b), M, N, one_term(K),
-                                                             accumulate, workspace, splits, a_ready)
     else:
-        residue_product[12, transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
-                                                             Array[F32Ptr, 1](fill=b), M, N, one_term(K),
-                                                             accumulate, workspace, splits, a_ready)
+        moduli_residue_product[transpose_a, transpose_b, fused](dev, c, Array[F32Ptr, 1](fill=a),
+                                                                Array[F32Ptr, 1](fill=b), M, N, one_term(K),
+                                                                accumulate, workspace, splits, a_ready)
 
 
 def gemm_exact_shared_a_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
@@ -869,19 +865,27 @@ def gemm_exact_summed_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
     if not dev[].is_gpu():
         wide_residue_product[transpose_a, transpose_b](dev, c, a, b, M, N, joined, accumulate, workspace)
         return
-    var splits = fused_splits(M, N, joined.extent, 0)
-    if moduli_count(joined.total) == 11:
-        residue_product[11, transpose_a, transpose_b, True](dev, c, a, b, M, N, joined, accumulate, workspace, splits,
-                                                            False)
-    else:
-        residue_product[12, transpose_a, transpose_b, True](dev, c, a, b, M, N, joined, accumulate, workspace, splits,
-                                                            False)
+    moduli_residue_product[transpose_a, transpose_b, True](dev, c, a, b, M, N, joined, accumulate, workspace,
+                                                           fused_splits(M, N, joined.extent, 0), False)
 
 
 def summed_workspace_bytes[terms: Int](M: Int, N: Int, k: Array[Int, terms], count: Int, gpu: Bool) -> Int:
     """Bytes of gemm_exact_summed_on's workspace."""
     var joined = Joined[terms](k, count)
     return joined_workspace_bytes(M, N, joined, fused_splits(M, N, joined.extent, 0), gpu)
+
+
+def moduli_residue_product[transpose_a: Bool, transpose_b: Bool, fused: Bool, terms: Int](
+    dev: DevicePtr, c: F32Ptr, a: Array[F32Ptr, terms], b: Array[F32Ptr, terms], M: Int, N: Int, k: Joined[terms],
+    accumulate: Bool, workspace: Int, splits: Int, a_ready: Bool,
+) raises:
+    """residue_product with the moduli the definition takes for k (moduli_count of its total: 11 or 12)."""
+    if moduli_count(k.total) == 11:
+        residue_product[11, transpose_a, transpose_b, fused](dev, c, a, b, M, N, k, accumulate, workspace, splits,
+                                                             a_ready)
+    else:
+        residue_product[12, transpose_a, transpose_b, fused](dev, c, a, b, M, N, k, accumulate, workspace, splits,
+                                                             a_ready)
 
 
 def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bool, terms: Int](
@@ -1382,10 +1386,10 @@ comptime EXACT_FUSED = Interface(
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
 def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
-    residue planes residue_planes (or joined_planes) wrote: for every modulus the plane products of the split's range of k on the
-    tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds its outputs
-    (128 or 64; else exact_fused_splits_summed does, after every split). With `ranges`, each split is a product
-    of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
+    residue planes residue_planes (or joined_planes) wrote: for every modulus the plane products of the split's
+    range of k on the tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds
+    its outputs (128 or 64; else exact_fused_splits_summed does, after every split). With `ranges`, each split is a
+    product of its own (gemm_exact_ranges_on's), which its block reconstructs into its own partial.
 
     The k of all moduli form one stream of stages of 128 k (modulus i's range, then modulus i + 1's); stage s is
     copied tile.ahead stages ahead of its products, which run while the next stage is awaited (FusedTile says when
