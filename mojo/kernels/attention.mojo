@@ -938,7 +938,6 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
         if kept:  # the dk/dv kernel's ds: the values query_weights would compute, bit for bit
             for p in range(played):
                 stage_score_gradients(rows, at, head, start, base, first + p)
-                stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
         else:
             block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
                                    at.k, kv_stride, kv * D, at.tokens)
@@ -946,7 +945,8 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
                                   at.v, kv_stride, kv * D, at.tokens)
             for p in range(played):
                 query_weights(team[p], first + p, base, at.scale, rows)
-                stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
+        for p in range(played):
+            stage_values[chunk_of[D]()](columns, at.k, kv_stride, kv * D, base, at.tokens, first + p)
         sync[played]()
         block_products[D, False](team, first, base, rows, columns, at.k, kv_stride, kv * D, at.tokens)
         base += TILE
