@@ -196,11 +196,12 @@ def test_large_exact_gemm_bits_match_cpu(m, n, k, transpose_a):
 @pytest.mark.parametrize("m,n,k,k_range,transpose_a,transpose_b", [
     (65536, 768, 768, 0, False, False), (4096, 3072, 768, 0, False, True), (768, 3072, 16 * 1024, 1024, True, False),
     (3072, 768, 8 * 1024, 1024, True, False), (520, 600, 4 * 520 + 7, 520, True, False), (768, 768, 4096, 0, True, False),
+    (768, 768, 8 * 8192, 8192, True, False), (512, 640, 4 * 4096, 4096, True, False),
 ])
 def test_identical_gemm_through_the_exact_gemm_bits_match_cpu(m, n, k, k_range, transpose_a, transpose_b):
     """kernels.gemm where its shape rule takes the exact GEMM, at the encoder's shapes: the H200's fused form (weight
-    gradients by packed rows: the rows' products in one fused launch for rows of whole 128-token stages, else one
-    product a row) gives the CPU's residue form's bits."""
+    gradients by packed rows, or blocks of rows: the ranges' products in one fused launch for ranges of whole
+    128-token stages, else one product a range) gives the CPU's residue form's bits."""
     assert K.gemm_is_exact(m, n, k, k_range)
     assert same_bits(*products_on_both(K.gemm, m, n, k, transpose_a, transpose_b, scaled_rows=True, accumulate=True,
                                        k_range=k_range))
