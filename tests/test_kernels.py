@@ -572,6 +572,23 @@ def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, 
     assert (below.numpy() != exact_gemm.exact_gemm(a[:, :511], b[:511])).any()
 
 
+def test_weight_gradients_sum_exact_products_over_blocks_of_rows():
+    """The stack's k range for a weight gradient: blocks of the largest power of two of rows within 2048 tokens where
+    the exact GEMM's rule takes the product over a block, a row where it does not (the fma chain's partials, or a
+    grouped-query head narrower than 512), none without rows; a world's devices hold whole blocks."""
+    from uform.nn.transformer import StackGeometry, weight_gradient_block_rows, weight_gradient_range, \
+        weight_gradient_rows
+
+    assert [weight_gradient_rows(r) for r in (1024, 512, 700, 2048, 3000, 100)] == [2, 4, 2, 1, 1, 16]
+    assert weight_gradient_range(768, 3072, 65536, 1024) == 2048
+    assert weight_gradient_range(768, 256, 65536, 1024) == 1024  # n below the rule: a row
+    assert weight_gradient_range(512, 512, 8 * 100, 100) == 1600  # exact over 1600 tokens, though not over a row
+    assert weight_gradient_range(768, 768, 65536, 0) == 0
+    geometry = dict(kv_heads=4, head_dim=64, layers=1, norm_eps=1e-6, rope_base=1e4, causal=False)
+    assert weight_gradient_block_rows(StackGeometry(width=512, heads=8, mlp=2048, **geometry), 512) == 4
+    assert weight_gradient_block_rows(StackGeometry(width=256, heads=4, mlp=1024, **geometry), 512) == 1
+
+
 @pytest.mark.parametrize("k,k_range,acc", [(3 * 512, 512, True), (5 * 512, 512, False), (2 * 640 + 100, 640, True)])
 def test_identical_gemm_adds_exact_k_ranges_in_the_row_tree(device, k, k_range, acc):
     """An Aᵀ·B product cut into k ranges (the encoder's weight gradients, a range a packed row) whose length the rule

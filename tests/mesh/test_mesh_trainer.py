@@ -1,6 +1,8 @@
 """Trainers of several devices in this process: a world of one trains as no mesh does, and 1, 2 and 4 devices
 sharing the same items write the same checkpoint; what such worlds do not cover yet is refused."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -59,23 +61,34 @@ def test_devices_of_one_process_train_to_the_checkpoint_of_one_device(tmp_path, 
     assert files[0].read_bytes() == files[1].read_bytes()
 
 
-def test_devices_split_exact_weight_gradients_by_rows(tmp_path):
-    """A model whose weight gradients run the exact GEMM (hidden 512, rows of 512 tokens: each row's exact
-    product, then the row tree): 1 CPU device holding the world's 4 rows and 2 holding 2 each write the same
-    checkpoint file after 3 steps."""
+def test_devices_split_exact_weight_gradients_by_blocks_of_rows(tmp_path):
+    """A model whose weight gradients run the exact GEMM (hidden 512, rows of 512 tokens: an exact product a block
+    of 4 rows, then the row tree over the blocks): 1 CPU device holding the world's 8 rows (two blocks) and 2
+    holding a block each write the same checkpoint file after 2 steps."""
     from uform import kernels as K
+    from uform.nn.transformer import weight_gradient_range
 
-    assert K.gemm_is_exact(512, 512, 2 * 512, 512)
+    assert weight_gradient_range(512, 512, 8 * 512, 512) == 4 * 512 and K.gemm_is_exact(512, 512, 8 * 512, 4 * 512)
     files = []
     for count in (1, 2):
-        run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=4, columns=512)
+        run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=8, columns=512)
         with K.profile() as products:
-            train(run, 0, 1, range(3))
+            train(run, 0, 1, range(2))
         assert "gemm_at_exact_rows" in products
         files.append(tmp_path / f"{count}.safetensors")
         run.save(files[-1])
         run.close()
     assert files[0].read_bytes() == files[1].read_bytes()
+
+
+def test_a_world_refuses_devices_holding_less_than_a_block_of_rows():
+    """Exact weight gradients over blocks of 4 rows of 512 tokens: 4 devices of 2 rows each would split a block."""
+    message = ("batch.max_rows_per_device: a world of 4 devices needs at least 4 (hidden 512: the weight gradients "
+               "are exact products over blocks of 4 rows of 512 tokens, which a device holds whole), got 2")
+    with pytest.raises(uform.UFormError, match=re.escape(message)) as error:
+        trainer(uform.Executor.for_ram(device_count=4), hidden=512, rows=8, columns=512)
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
+    trainer(uform.Executor.for_ram(device_count=4), hidden=256, rows=8, columns=512).close()  # below the rule: rows
 
 
 def test_a_checkpoint_resumes_on_another_split(tmp_path):

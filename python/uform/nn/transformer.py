@@ -70,6 +70,39 @@ class StackGeometry:
         return [(f"layers.{i}.{name}", layer[name]) for i in range(self.layers) for name in LAYER_TENSORS]
 
 
+EXACT_BLOCK_TOKENS = 2048
+"""Tokens of a block of packed rows whose weight gradient is one exact product (weight_gradient_range)."""
+
+
+def weight_gradient_rows(row_length: int) -> int:
+    """Packed rows of row_length tokens in a block of an exact weight gradient: the largest power of two of them
+    within EXACT_BLOCK_TOKENS (at least one), so that an aligned block of 2^j rows holds whole blocks once it holds
+    that many (docs/mesh.md)."""
+    rows = max(1, EXACT_BLOCK_TOKENS // row_length)
+    return 1 << (rows.bit_length() - 1)
+
+
+def weight_gradient_range(m: int, n: int, k: int, row_length: int) -> int:
+    """The k range of a weight gradient Aᵀ·B (m × n over k tokens in packed rows of row_length; kernels.gemm's
+    k_range), identical mode: a block of weight_gradient_rows rows where the exact GEMM's rule takes the product
+    over a block (one exact product a block, rounded once; each output reconstructed once a block rather than once
+    a row: docs/numerics.md has the H200's figures), else a row (the fma chain's canonical partials); 0 without
+    rows (the language model, fast mode)."""
+    if row_length == 0:
+        return 0
+    block = row_length * weight_gradient_rows(row_length)
+    return block if K.gemm_is_exact(m, n, k, block) else row_length
+
+
+def weight_gradient_block_rows(geometry: StackGeometry, row_length: int) -> int:
+    """The packed rows a device of a world must hold whole blocks of (docs/mesh.md): weight_gradient_rows where
+    some weight gradient of the stack is an exact product over a block, else one."""
+    rows = weight_gradient_rows(row_length)
+    block = row_length * rows
+    shapes = [shape for _, shape in geometry.tensor_shapes() if len(shape) == 2]
+    return rows if any(K.gemm_is_exact(m, n, block, block) for m, n in shapes) else 1
+
+
 @dataclass
 class LayerActivations:
     """What one block's forward keeps for its backward, over n tokens (h_in: the block's input). In fast mode the
@@ -210,10 +243,10 @@ class TransformerStack:
                  row_length: int = 0, training: bool = True):
         """fast=True: the blocks' GEMMs and attention run in fast mode (bf16 tensor cores) on a GPU
         (docs/numerics.md). row_length > 0: the sums over tokens (weight gradients, norm gains) take each packed
-        row of row_length tokens alone and combine the rows by the row tree (``kernels.tree_sum``), so devices
-        sharing a batch by rows give one device's bits (docs/mesh.md); 0 keeps the canonical rule (the language
-        model). training=False: a stack that only runs forward keeps no workspace for the backward's attention
-        score gradients (StackWork.d_scores)."""
+        row of row_length tokens alone (exact weight gradients a block of rows: weight_gradient_range) and combine
+        them by the row tree (``kernels.tree_sum``), so devices sharing a batch by rows give one device's bits
+        (docs/mesh.md); 0 keeps the canonical rule (the language model). training=False: a stack that only runs
+        forward keeps no workspace for the backward's attention score gradients (StackWork.d_scores)."""
         self.device = device
         self.geometry = geometry
         self.fast = fast
@@ -242,20 +275,25 @@ class TransformerStack:
         return self._buffers.keys()
 
     def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
-        """A product of the passes; a weight gradient (Aᵀ·B over the tokens) sums by rows (row_length)."""
-        K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=self.row_length if options.get("transpose_a") else 0,
-               **options)
+        """A product of the passes; a weight gradient (Aᵀ·B over the tokens) sums by rows or blocks of rows
+        (weight_gradient_range)."""
+        k_range = weight_gradient_range(m, n, k, self.row_length) if options.get("transpose_a") else 0
+        K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=k_range, **options)
 
     def _gemm_apart(self, cs: list[Buffer], a: Buffer, bs: list[Buffer], m: int, ns: list[int], k: int, *,
                     a16: Buffer | None, b16s: list[Buffer | None], **options) -> None:
-        """Products that read one A: q, k and v of one input, and their weight gradients. Identical mode: one
-        ``gemm_group`` (one launch where the products are small); fast mode: one by one, each with its copies."""
+        """Products that read one A: q, k and v of one input, and their weight gradients. Identical mode: a
+        ``gemm_group`` for the products of each k range (weight_gradient_range: one group but for grouped-query
+        heads narrower than the rule); fast mode: one by one, each with its copies."""
         if self.fast:
             for c, b, n, b16 in zip(cs, bs, ns, b16s):
                 self._gemm(c, a, b, m, n, k, a16=a16, b16=b16, **options)
             return
-        K.gemm_group(cs, [a] * len(cs), bs, m, ns, [k] * len(cs),
-                     k_range=self.row_length if options.get("transpose_a") else 0, **options)
+        ranges = [weight_gradient_range(m, n, k, self.row_length) if options.get("transpose_a") else 0 for n in ns]
+        for k_range in dict.fromkeys(ranges):
+            group = [i for i, r in enumerate(ranges) if r == k_range]
+            K.gemm_group([cs[i] for i in group], [a] * len(group), [bs[i] for i in group], m, [ns[i] for i in group],
+                         [k] * len(group), k_range=k_range, **options)
 
     def _gemm_summed(self, c: Buffer, as_: list[Buffer], bs: list[Buffer], m: int, n: int, ks: list[int], *,
                      a16s: list[Buffer | None], b16s: list[Buffer | None], **options) -> None:

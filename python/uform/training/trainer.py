@@ -166,7 +166,7 @@ class Trainer:
                                                           contrastive_run.bias, late.inverse_temperature, late.bias))
             step = 0
             numerics = numerics or run_numerics(None, executor)
-        check_world(run, world, numerics)
+        check_world(run, world, numerics, geometry.stack())
         widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
         replicas = [EncoderModel(device, geometry, state, widths, training=training, numerics=numerics)
                     for device in executor.devices]

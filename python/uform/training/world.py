@@ -33,6 +33,7 @@ import numpy as np
 from .. import kernels as K
 from ..mesh import Mesh
 from ..mesh.collectives import Collectives
+from ..nn.transformer import StackGeometry, weight_gradient_block_rows
 from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
 from .enums import Modality
 from .errors import ErrorCode, UFormError
@@ -95,9 +96,9 @@ def world_run(run, size: int):
                            if is_dataclass(getattr(run, f.name))})
 
 
-def check_world(run, world: World, numerics: str) -> None:
+def check_world(run, world: World, numerics: str, geometry: StackGeometry) -> None:
     """Refuse a world of several devices the split-independent step does not cover yet (docs/mesh.md); numerics:
-    the run's mode, resolved (a resumed run's from its checkpoint)."""
+    the run's mode, resolved (a resumed run's from its checkpoint); geometry: the encoder's blocks."""
     if world.size == 1:
         return
     where = f"a world of {world.size} devices"
@@ -117,6 +118,13 @@ def check_world(run, world: World, numerics: str) -> None:
     if rows & (rows - 1):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch.max_rows_per_device: {where} needs a power of two (a "
                                                      f"device's rows are one block of the row tree), got {rows}")
+    columns = run.batch.max_columns_per_row
+    block = weight_gradient_block_rows(geometry, columns)
+    if rows < block:
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch.max_rows_per_device: {where} needs at least {block} "
+                                                     f"(hidden {run.hidden}: the weight gradients are exact products "
+                                                     f"over blocks of {block} rows of {columns} tokens, which a "
+                                                     f"device holds whole), got {rows}")
     if world.processes > 1 and world.local & (world.local - 1):
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: {world.local} devices per process; a mesh of "
                                                      "several processes needs a power of two")
