@@ -24,6 +24,7 @@ from max.algorithm import parallelize
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, global_idx, thread_idx
+from std.collections import Optional
 from max.gpu.host import FuncAttribute
 from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
@@ -239,6 +240,31 @@ def enqueue_slots[
         )
 
 
+def enqueue_blocks[
+    Slots: TypeList[Trait=AnyType, ...], //, kernel: def(* args: * Slots) thin -> None, dynamic_shared: Int = 0
+](dev: DevicePtr, blocks: Int, team: Int, args: Args) raises:
+    """Launch `kernel` (team_kernel, gpu_team_kernel: the slots of Args one by one) as `blocks` blocks of `team`
+    threads on the GPU, with `dynamic_shared` bytes of dynamic shared memory a block (none for 0)."""
+    comptime if HAS_ACCELERATOR:
+        var a = args.addresses
+        var s = args.sizes
+        var x = args.scalars
+        var shared_bytes = Optional[Int](None)
+        var attribute = Optional[FuncAttribute](None)
+        comptime if dynamic_shared > 0:
+            shared_bytes = dynamic_shared
+            attribute = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(dynamic_shared))
+        dev[].ctx().enqueue_function[kernel](
+            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+            grid_dim=blocks,
+            block_dim=team,
+            shared_mem_bytes=shared_bytes,
+            func_attribute=attribute,
+        )
+
+
 def launch_grouped[lanes: Int, gpu_body: def(Int, Int, Args) thin -> None, cpu_body: def(Int, Args) thin -> None](
     dev: DevicePtr, n: Int, args: Args
 ) raises:
@@ -384,17 +410,7 @@ def launch_teams[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int](
     if n <= 0:
         return
     if dev[].is_gpu():
-        comptime if HAS_ACCELERATOR:
-            var a = args.addresses
-            var s = args.sizes
-            var x = args.scalars
-            dev[].ctx().enqueue_function[team_kernel[D, team, scratch, body, per_sm]](
-                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                grid_dim=n,
-                block_dim=team,
-            )
+        enqueue_blocks[team_kernel[D, team, scratch, body, per_sm]](dev, n, team, args)
         return
 
     def chunk(begin: Int, end: Int) {imm args}:
@@ -438,27 +454,5 @@ def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody, dynamic_
     kernel's static allocations may."""
     if not dev[].is_gpu():
         raise Error("a GPU-only kernel was called on the CPU")
-    comptime if HAS_ACCELERATOR:
-        if n <= 0:
-            return
-        var a = args.addresses
-        var s = args.sizes
-        var x = args.scalars
-        comptime if dynamic_shared > 0:
-            dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
-                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                grid_dim=n,
-                block_dim=team,
-                shared_mem_bytes=dynamic_shared,
-                func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(dynamic_shared)),
-            )
-        else:
-            dev[].ctx().enqueue_function[gpu_team_kernel[D, team, per_sm, body]](
-                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                grid_dim=n,
-                block_dim=team,
-            )
+    if n > 0:
+        enqueue_blocks[gpu_team_kernel[D, team, per_sm, body], dynamic_shared](dev, n, team, args)
