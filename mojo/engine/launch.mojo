@@ -17,6 +17,7 @@ next begins, as at a barrier (`launch_teams`): its body takes how many threads o
 call plays as a compile-time parameter.
 """
 
+from std.collections import Optional
 from std.sys import llvm_intrinsic, num_physical_cores
 from std.time import perf_counter_ns
 from std.python import PythonObject
@@ -24,7 +25,6 @@ from max.algorithm import parallelize
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, global_idx, thread_idx
-from std.collections import Optional
 from max.gpu.host import FuncAttribute
 from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at

@@ -1002,7 +1002,7 @@ def joined_line_exponents[terms: Int](
             contiguous_line_exponents(dev, at, x[t], lines, k.k[t], k.k[t], True)
             blocks += 1
         else:
-            blocks += partial_maxima_on(dev, at, x[t], lines, k.k[t], 1, lines, EXPONENT_BLOCK)
+            blocks += partial_maxima_on(dev, at, x[t], lines, k.k[t], 1, lines)
     exponents_of_maxima(dev, exponents, partial, lines, blocks, lines)
 
 
@@ -1079,12 +1079,14 @@ def line_exponents_on(
     if range_length == 0 and element_stride == 1:
         contiguous_line_exponents(dev, exponents, x, lines, length, line_stride, False)
     elif range_length == 0:
-        var blocks = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, EXPONENT_BLOCK)
+        var blocks = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride)
         exponents_of_maxima(dev, exponents, partial, lines, blocks, lines)
     else:
+        if range_length % EXPONENT_BLOCK != 0 or length % range_length != 0:
+            raise Error("line_exponents_on: k ranges must be equal and whole blocks of EXPONENT_BLOCK")
         var per_range = range_length // EXPONENT_BLOCK
         var ranges = length // range_length
-        _ = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, EXPONENT_BLOCK, per_range)
+        _ = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, per_range)
         exponents_of_maxima(dev, exponents, partial, ranges * lines, per_range, ranges * lines)
 
 
@@ -1117,11 +1119,11 @@ def exponents_of_maxima(dev: DevicePtr, exponents: Int, partial: Int, lines: Int
 
 def partial_maxima_on(
     dev: DevicePtr, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
-    block: Int, per_range: Int = 0,
+    per_range: Int = 0,
 ) raises -> Int:
-    """partial[b·lines + line] = the bits of line `line`'s largest magnitude over k [block·b, block·(b + 1)), or
-    with per_range > 0 in partial_maxima's layout of k ranges; answers the number of blocks."""
-    var blocks = (length + block - 1) // block
+    """partial[b·lines + line] = the bits of line `line`'s largest magnitude over k [64b, 64(b + 1)) (EXPONENT_BLOCK),
+    or with per_range > 0 in partial_maxima's layout of k ranges; answers the number of blocks."""
+    var blocks = exponent_blocks(length)
     var args = Args.empty()  # PARTIAL_MAXIMA
     args.addresses[0] = Int64(partial)
     args.addresses[1] = Int64(Int(x))
@@ -1129,7 +1131,7 @@ def partial_maxima_on(
     args.sizes[1] = Int64(line_stride)
     args.sizes[2] = Int64(element_stride)
     args.sizes[3] = Int64(lines)
-    args.sizes[4] = Int64(block)
+    args.sizes[4] = Int64(EXPONENT_BLOCK)
     args.sizes[5] = Int64(per_range)
     launch_index[partial_maxima](dev, blocks * lines, args)
     return blocks

@@ -298,8 +298,8 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
     form) where the canonical shape rule takes the product (``gemm_is_exact``), else the fma chain of
     kernels/gemm.mojo; the same bits on every device either way (docs/numerics.md).
 
-    k_range > 0 (Aᵀ·B only): k cut into ranges of that length (one per packed row), each its own product (an
-    exact one, or an fma chain, by the rule applied to the range's length), combined by the row tree
+    k_range > 0 (Aᵀ·B only): k cut into ranges of that length (a packed row, or a block of rows), each its own
+    product (an exact one, or an fma chain, by the rule applied to the range's length), combined by the row tree
     (``tree_sum``), so devices holding aligned blocks of rows can sum their own and combine (docs/mesh.md); 0: the
     canonical rule. Fast products ignore it.
 

@@ -63,18 +63,25 @@ def test_devices_of_one_process_train_to_the_checkpoint_of_one_device(tmp_path, 
 
 def test_devices_split_exact_weight_gradients_by_blocks_of_rows(tmp_path):
     """A model whose weight gradients run the exact GEMM (hidden 512, rows of 512 tokens: an exact product a block
-    of 4 rows, then the row tree over the blocks): 1 CPU device holding the world's 8 rows (two blocks) and 2
-    holding a block each write the same checkpoint file after 2 steps."""
+    of 4 rows, then the row tree over the blocks), items of 180–240 bytes filling both blocks: 1 CPU device holding
+    the world's 8 rows (two blocks) and 2 holding a block each write the same checkpoint file after 2 steps."""
     from uform import kernels as K
     from uform.nn.transformer import weight_gradient_range
+    from uform.training.step_inputs import check_step_inputs
 
     assert weight_gradient_range(512, 512, 8 * 512, 512) == 4 * 512 and K.gemm_is_exact(512, 512, 8 * 512, 4 * 512)
+    rng = np.random.default_rng(2)
+    steps = [[bytes(rng.integers(97, 123, int(rng.integers(180, 241))).astype(np.uint8)) for _ in range(16)]
+             for _ in range(2)]
+    pairs = uform.Relations(attract=(np.arange(17), np.arange(16) ^ 1))
     files = []
     for count in (1, 2):
         run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=8, columns=512)
-        with K.profile() as products:
-            train(run, 0, 1, range(2))
-        assert "gemm_at_exact_rows" in products
+        _, packed = run.step_batch(check_step_inputs([uform.Modality.TEXT] * 16, steps[0], relations=pairs), True, 1,
+                                   devices=count)
+        assert packed.segment_row.min() < 4 <= packed.segment_row.max()  # segments in both blocks
+        for texts in steps:
+            run.step([uform.Modality.TEXT] * 16, texts, relations=pairs)
         files.append(tmp_path / f"{count}.safetensors")
         run.save(files[-1])
         run.close()

@@ -14,6 +14,7 @@ activations and scratch are ``StackBuffers``, made once per token count.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -74,7 +75,7 @@ EXACT_BLOCK_TOKENS = 2048
 """Tokens of a block of packed rows whose weight gradient is one exact product (weight_gradient_range)."""
 
 
-def weight_gradient_rows(row_length: int) -> int:
+def exact_block_rows(row_length: int) -> int:
     """Packed rows of row_length tokens in a block of an exact weight gradient: the largest power of two of them
     within EXACT_BLOCK_TOKENS (at least one), so that an aligned block of 2^j rows holds whole blocks once it holds
     that many (docs/mesh.md)."""
@@ -82,22 +83,25 @@ def weight_gradient_rows(row_length: int) -> int:
     return 1 << (rows.bit_length() - 1)
 
 
+@functools.lru_cache(maxsize=1024)
 def weight_gradient_range(m: int, n: int, k: int, row_length: int) -> int:
     """The k range of a weight gradient Aᵀ·B (m × n over k tokens in packed rows of row_length; kernels.gemm's
-    k_range), identical mode: a block of weight_gradient_rows rows where the exact GEMM's rule takes the product
+    k_range), identical mode: a block of exact_block_rows rows where the exact GEMM's rule takes the product
     over a block (one exact product a block, rounded once; each output reconstructed once a block rather than once
     a row: docs/numerics.md has the H200's figures), else a row (the fma chain's canonical partials); 0 without
-    rows (the language model, fast mode)."""
+    rows (the language model, fast mode). A block at least k long (a device of fewer rows) is one product over the
+    k tokens."""
     if row_length == 0:
         return 0
-    block = row_length * weight_gradient_rows(row_length)
+    block = row_length * exact_block_rows(row_length)
     return block if K.gemm_is_exact(m, n, k, block) else row_length
 
 
-def weight_gradient_block_rows(geometry: StackGeometry, row_length: int) -> int:
-    """The packed rows a device of a world must hold whole blocks of (docs/mesh.md): weight_gradient_rows where
-    some weight gradient of the stack is an exact product over a block, else one."""
-    rows = weight_gradient_rows(row_length)
+def world_block_rows(geometry: StackGeometry, row_length: int) -> int:
+    """The packed rows each device of a world of several must hold at least (docs/mesh.md): exact_block_rows where
+    some weight gradient of the stack is an exact product over a block, so that a device holds whole blocks; else
+    one."""
+    rows = exact_block_rows(row_length)
     block = row_length * rows
     shapes = [shape for _, shape in geometry.tensor_shapes() if len(shape) == 2]
     return rows if any(K.gemm_is_exact(m, n, block, block) for m, n in shapes) else 1

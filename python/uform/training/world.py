@@ -33,7 +33,7 @@ import numpy as np
 from .. import kernels as K
 from ..mesh import Mesh
 from ..mesh.collectives import Collectives
-from ..nn.transformer import StackGeometry, weight_gradient_block_rows
+from ..nn.transformer import StackGeometry, world_block_rows
 from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
 from .enums import Modality
 from .errors import ErrorCode, UFormError
@@ -119,7 +119,7 @@ def check_world(run, world: World, numerics: str, geometry: StackGeometry) -> No
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch.max_rows_per_device: {where} needs a power of two (a "
                                                      f"device's rows are one block of the row tree), got {rows}")
     columns = run.batch.max_columns_per_row
-    block = weight_gradient_block_rows(geometry, columns)
+    block = world_block_rows(geometry, columns)
     if rows < block:
         raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch.max_rows_per_device: {where} needs at least {block} "
                                                      f"(hidden {run.hidden}: the weight gradients are exact products "
