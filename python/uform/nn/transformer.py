@@ -99,12 +99,12 @@ def weight_gradient_range(m: int, n: int, k: int, row_length: int) -> int:
 
 def world_block_rows(geometry: StackGeometry, row_length: int) -> int:
     """The packed rows each device of a world of several must hold at least (docs/mesh.md): exact_block_rows where
-    some weight gradient of the stack is an exact product over a block, so that a device holds whole blocks; else
-    one."""
+    weight_gradient_range gives some weight gradient of the stack a block's range over a block's tokens, so that a
+    device holds whole blocks; else one."""
     rows = exact_block_rows(row_length)
     block = row_length * rows
-    shapes = [shape for _, shape in geometry.tensor_shapes() if len(shape) == 2]
-    return rows if any(K.gemm_is_exact(m, n, block, block) for m, n in shapes) else 1
+    weights = {shape for _, shape in geometry.tensor_shapes() if len(shape) == 2}
+    return rows if any(weight_gradient_range(m, n, block, row_length) == block for m, n in weights) else 1
 
 
 @dataclass

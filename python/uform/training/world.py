@@ -98,7 +98,8 @@ def world_run(run, size: int):
 
 def check_world(run, world: World, numerics: str, geometry: StackGeometry) -> None:
     """Refuse a world of several devices the split-independent step does not cover yet (docs/mesh.md); numerics:
-    the run's mode, resolved (a resumed run's from its checkpoint); geometry: the encoder's blocks."""
+    the run's mode, resolved (a resumed run's from its checkpoint); geometry: the encoder's stack, whose weight
+    gradients' exact blocks (world_block_rows) a device must hold whole."""
     if world.size == 1:
         return
     where = f"a world of {world.size} devices"
