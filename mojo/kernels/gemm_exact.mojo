@@ -364,12 +364,12 @@ def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
 
 
 comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
-comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines block per_range", "")
+comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines ranges per_range", "")
 
 
 def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
-    b·lines + line finds the largest magnitude's bits among elements [block·b, block·(b + 1)) of line `line`, so
+    b·lines + line finds the largest magnitude's bits among elements [64b, 64(b + 1)) of line `line` (EXPONENT_BLOCK), so
     neighbouring tasks read neighbouring floats and a long line spreads over many tasks. It stores them at
     partial[task]; or, with k cut into equal ranges of per_range blocks, block j of range r at partial[(j·ranges +
     r)·lines + line], so that range r's maxima of a line lie ranges·lines apart from r·lines + line on
@@ -377,17 +377,15 @@ def partial_maxima(task: Int, args: Args):
     var length = args.size(0)
     var step = args.size(2)
     var lines = args.size(3)
-    var block = args.size(4)
     var per_range = args.size(5)
     var line = task % lines
     var b = task // lines
-    var first = b * block
+    var first = b * EXPONENT_BLOCK
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var index = task
     if per_range > 0:
-        var ranges = (length + block - 1) // block // per_range
-        index = (b % per_range * ranges + b // per_range) * lines + line
-    args.i32(0).unsafe_store(index, Int32(largest_magnitude(x, first, min(length, first + block), 1, step)))
+        index = (b % per_range * args.size(4) + b // per_range) * lines + line
+    args.i32(0).unsafe_store(index, Int32(largest_magnitude(x, first, min(length, first + EXPONENT_BLOCK), 1, step)))
 
 
 comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
@@ -1131,7 +1129,7 @@ def partial_maxima_on(
     args.sizes[1] = Int64(line_stride)
     args.sizes[2] = Int64(element_stride)
     args.sizes[3] = Int64(lines)
-    args.sizes[4] = Int64(EXPONENT_BLOCK)
+    args.sizes[4] = Int64(blocks // per_range if per_range > 0 else 0)  # ranges
     args.sizes[5] = Int64(per_range)
     launch_index[partial_maxima](dev, blocks * lines, args)
     return blocks
