@@ -30,7 +30,7 @@ from std.collections import Array
 from std.sys import llvm_intrinsic
 from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
 from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
-                           launch_index, launch_rows, launch_teams, sync)
+                           launch_grouped, launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import (
     WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync,
@@ -39,7 +39,7 @@ from max.gpu.memory import (
     AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory, fence_async_view_proxy,
 )
 from engine.reduction import row_stride
-from max.gpu.primitives.warp import shuffle_down
+from max.gpu.primitives.warp import shuffle_down, shuffle_xor
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR
 from kernels.gemm import transposed
@@ -475,23 +475,31 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
 
 
 @always_inline
+def group_values(x: F32Ptr, step: Int, length: Int, first: Int) -> SIMD[DType.float32, RESIDUE_GROUP]:
+    """Elements [first, first + 16) of a line (element k at x[k·step]), zero past `length`. A whole group of
+    contiguous elements is one load (four 16-byte loads on a GPU where the group is so aligned, not sixteen of 4
+    bytes); else lane by lane, each lane's index a constant (a lane indexed at run time goes through memory)."""
+    var values = SIMD[DType.float32, RESIDUE_GROUP](0)
+    if step == 1 and first + RESIDUE_GROUP <= length:
+        var group = x.unsafe_offset(first)
+        if Int(group) % 16 == 0:
+            values = group.unsafe_load[width=RESIDUE_GROUP, alignment=16]()
+        else:
+            values = group.unsafe_load[width=RESIDUE_GROUP]()
+    else:
+        comptime for j in range(RESIDUE_GROUP):
+            if first + j < length:
+                values[j] = x.unsafe_load((first + j) * step)
+    return values
+
+
+@always_inline
 def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int32) -> FixedGroup:
-    """The fixed-point values of elements [first, first + 16) of a line (element k at x[k·step]; e its exponent):
-    zero past `length` and for a non-finite line. A whole group of contiguous elements is one load (four 16-byte
-    loads on a GPU where the group is so aligned, not sixteen of 4 bytes); else lane by lane, each lane's index a
-    constant (a lane indexed at run time goes through memory)."""
+    """The fixed-point values of elements [first, first + 16) of a line (group_values; e its exponent): zero past
+    `length` and for a non-finite line."""
     var values = SIMD[DType.float32, RESIDUE_GROUP](0)
     if e != NON_FINITE:
-        if step == 1 and first + RESIDUE_GROUP <= length:
-            var group = x.unsafe_offset(first)
-            if Int(group) % 16 == 0:
-                values = group.unsafe_load[width=RESIDUE_GROUP, alignment=16]()
-            else:
-                values = group.unsafe_load[width=RESIDUE_GROUP]()
-        else:
-            comptime for j in range(RESIDUE_GROUP):
-                if first + j < length:
-                    values[j] = x.unsafe_load((first + j) * step)
+        values = group_values(x, step, length, first)
     return FixedGroup.of(values, bits, Int(e))
 
 
@@ -510,12 +518,53 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     var line = Int(UInt32(task) // UInt32(groups)) if task < (1 << 31) else task // groups
     var first = (task - line * groups) * RESIDUE_GROUP
     var e = exponent_at(args, line, first)
-    var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length, first, bits, e)
+    store_residues[moduli](args, line, first, fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length,
+                                                          first, bits, e))
+
+
+@always_inline
+def store_residues[moduli: Int](args: Args, line: Int, first: Int, group: FixedGroup):
+    """The symmetric residues of a group of fixed-point values (k [first, first + 16) of line `line`) modulo each of
+    the first `moduli` MODULI into their planes (EXACT_RESIDUES' args; exact_residues says where)."""
     var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     comptime for i in range(moduli):
         residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            (i * lines + line) * args.size(6) + args.size(7) + first, group.residues[MODULI[i]]()
+            (i * args.size(4) + line) * args.size(6) + args.size(7) + first, group.residues[MODULI[i]]()
         )
+
+
+comptime LINE_LANES = 16  # GPU threads that share a line in exact_line_planes: a half-warp
+
+
+def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args):
+    """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1,
+    no k ranges, a k_offset of 0; EXACT_RESIDUES' args): `lanes` threads take the line (LINE_LANES on a GPU, a
+    half-warp; 1 on the CPU), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude (shuffled among the 16 lanes: a maximum
+    of bit patterns, so any order gives line_exponents' bits), store its exponent at exponents[line], then read
+    their groups again (from the caches now) and store their residues. One read of the line from memory instead of
+    two (the exponents' kernel's and the residues')."""
+    comptime assert lanes == 1 or lanes == LINE_LANES, "a line is a half-warp's or one caller's"
+    var length = args.size(0)
+    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var groups = padded(length) // RESIDUE_GROUP
+    var largest = UInt32(0)
+    for g in range(lane, groups, lanes):
+        var magnitudes = bitcast[DType.uint32, RESIDUE_GROUP](group_values(x, 1, length, g * RESIDUE_GROUP))
+        largest = max(largest, (magnitudes & 0x7FFFFFFF).reduce_max())
+    comptime if lanes > 1:
+        comptime for level in range(4):
+            largest = max(largest, shuffle_xor(largest, UInt32(LINE_LANES >> (level + 1))))
+    var e = exponent_of_largest(largest)
+    if lane == 0:
+        args.i32(1).unsafe_store(line, e)
+    for g in range(lane, groups, lanes):
+        store_residues[moduli](args, line, g * RESIDUE_GROUP, fixed_group(x, 1, length, g * RESIDUE_GROUP,
+                                                                          args.size(3), e))
+
+
+def whole_line_planes[moduli: Int](line: Int, args: Args):
+    """exact_line_planes as the CPU runs it: one call a line."""
+    exact_line_planes[moduli, 1](line, 0, args)
 
 
 comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's reads span 32 neighbouring lines
@@ -973,6 +1022,10 @@ def joined_planes[moduli: Int, terms: Int, wide: Bool = False](
     or with `wide` the CPU's int16 planes: wide_planes). along: a line's elements are contiguous (A's rows of A·B,
     B's columns of A·Bᵀ: x(line, k) at line·k_t + k), else `lines` apart (at k·lines + line)."""
     if k.count == 1:
+        comptime if not wide:
+            residue_planes[moduli](dev, residues, exponents, partial, x[0], lines, k.total, k.total if along else 1,
+                                   1 if along else lines, bits)
+            return
         line_exponents_on(dev, exponents, partial, x[0], lines, k.total, k.total if along else 1,
                           1 if along else lines)
     else:
@@ -1029,7 +1082,14 @@ def residue_planes[moduli: Int](
     """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
     a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
     warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
-    k is cut with its own exponents (exponent_at)."""
+    k is cut with its own exponents (exponent_at). Contiguous lines without ranges take both steps in one kernel,
+    which reads each line from memory once (exact_line_planes)."""
+    if element_stride == 1 and range_length == 0:
+        var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, 0,
+                                  padded(length), 0)
+        launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES], whole_line_planes[moduli]](dev, lines,
+                                                                                                   planes)
+        return
     line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
     line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
                           padded(length), 0)
@@ -1041,7 +1101,24 @@ def line_residues[moduli: Int](
 ) raises:
     """residue_planes' second step, the lines' exponents found: each line's residues at k_offset of its line of
     plane_line bytes in each plane (exact_residues, exact_residues_across)."""
-    var planes = Args.empty()  # EXACT_RESIDUES
+    var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
+                              plane_line, k_offset)
+    var groups = padded(length) // RESIDUE_GROUP
+    if element_stride == 1:
+        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
+    else:
+        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
+            dev, tiles, planes
+        )
+
+
+def residue_args(
+    residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
+    bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
+) -> Args:
+    """EXACT_RESIDUES' args."""
+    var planes = Args.empty()
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
     planes.addresses[2] = Int64(Int(x))
@@ -1053,14 +1130,7 @@ def line_residues[moduli: Int](
     planes.sizes[5] = Int64(range_length)
     planes.sizes[6] = Int64(plane_line)
     planes.sizes[7] = Int64(k_offset)
-    var groups = padded(length) // RESIDUE_GROUP
-    if element_stride == 1:
-        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
-    else:
-        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
-        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
-            dev, tiles, planes
-        )
+    return planes
 
 
 def line_exponents_on(
