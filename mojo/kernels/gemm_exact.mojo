@@ -369,11 +369,11 @@ comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_str
 
 def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
-    b·lines + line finds the largest magnitude's bits among elements [64b, 64(b + 1)) of line `line` (EXPONENT_BLOCK), so
-    neighbouring tasks read neighbouring floats and a long line spreads over many tasks. It stores them at
-    partial[task]; or, with k cut into equal ranges of per_range blocks, block j of range r at partial[(j·ranges +
-    r)·lines + line], so that range r's maxima of a line lie ranges·lines apart from r·lines + line on
-    (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
+    b·lines + line finds the largest magnitude's bits among elements [64b, 64(b + 1)) of line `line`
+    (EXPONENT_BLOCK), so neighbouring tasks read neighbouring floats and a long line spreads over many tasks. It
+    stores them at partial[task]; or, with k cut into equal ranges of per_range blocks, block j of range r at
+    partial[(j·ranges + r)·lines + line], so that range r's maxima of a line lie ranges·lines apart from r·lines +
+    line on (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
     var length = args.size(0)
     var step = args.size(2)
     var lines = args.size(3)
