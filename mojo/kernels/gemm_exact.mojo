@@ -295,11 +295,11 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # each operand is kept as N int8 residue planes (its symmetric residues, |r| ≤ 128), a plane product sums
 # int8 × int8 in int32 (exact; chunks of RESIDUE_CHUNK k keep |Σ| ≤ 2^30), and the Chinese remainder theorem's
 # weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
-# in order: each operand's line exponents and residue planes (for an operand whose lines are contiguous both in
-# one pass, exact_line_planes, a GPU half-warp a line; for a transposed operand partial_maxima, line_exponents
-# over them, then exact_residues_across, a team a tile of lines), the plane products (one strided batched cuBLAS
-# int8 GEMM a chunk of k) and crt_round, a thread an output; or, in the fused form (the section after them), the
-# plane products and the reconstruction as one kernel. Every body is integer arithmetic in 32 bits where the values
+# in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
+# its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
+# operand exact_residues_across, a team a tile of lines), the plane products (one strided batched cuBLAS int8
+# GEMM a chunk of k) and crt_round, a thread an output; or, in the fused form (the section after them), the plane
+# products and the reconstruction as one kernel. Every body is integer arithmetic in 32 bits where the values
 # allow. The CPU runs the same exponent passes and reconstruction over its own moduli (the section at the end).
 
 comptime RESIDUE_CHUNK = 1 << 16  # k of one int32 residue sum: 2^16 products of at most 2^14 each
@@ -503,83 +503,68 @@ def fixed_group(x: F32Ptr, step: Int, length: Int, first: Int, bits: Int, e: Int
     return FixedGroup.of(values, bits, Int(e))
 
 
+def exact_residues[moduli: Int](task: Int, args: Args):
+    """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
+    [16g, 16g + 16) of line `line` of x (as exact_prep takes it, cut with exponent_at's e) and stores the symmetric
+    residues of their fixed-point values modulo each of the first `moduli` MODULI at
+    residues[(i·lines + line)·plane_line + k_offset + k] (int8; the padding, and every residue of a non-finite
+    line, zero), so a line's groups lie side by side (plane_line: padded(length), or longer where the line is one
+    part of a concatenated k, which starts at k_offset: gemm_exact_summed_on)."""
+    var length = args.size(0)
+    var bits = args.size(3)
+    var lines = args.size(4)
+    var groups = padded(length) // RESIDUE_GROUP
+    # a 32-bit division where the index allows it: a GPU emulates the 64-bit one in ~70 instructions
+    var line = Int(UInt32(task) // UInt32(groups)) if task < (1 << 31) else task // groups
+    var first = (task - line * groups) * RESIDUE_GROUP
+    var e = exponent_at(args, line, first)
+    store_residues[moduli](args, line, first, fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length,
+                                                          first, bits, e))
+
+
 @always_inline
-def store_residues[moduli: Int](residues: Int, lines: Int, plane_line: Int, line: Int, at: Int, group: FixedGroup):
-    """The symmetric residues of a group of fixed-point values of line `line` modulo each of the first `moduli`
-    MODULI, int8, at residues[(i·lines + line)·plane_line + at …] for modulus i: a line's groups side by side in each
-    plane."""
-    var planes = I8Ptr(unsafe_from_address=residues)
+def store_residues[moduli: Int](args: Args, line: Int, first: Int, group: FixedGroup):
+    """The symmetric residues of a group of fixed-point values (k [first, first + 16) of line `line`) modulo each of
+    the first `moduli` MODULI into their planes (EXACT_RESIDUES' args; exact_residues says where)."""
+    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     comptime for i in range(moduli):
-        planes.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            (i * lines + line) * plane_line + at, group.residues[MODULI[i]]()
+        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+            (i * args.size(4) + line) * args.size(6) + args.size(7) + first, group.residues[MODULI[i]]()
         )
 
 
-comptime LINE_PLANES = Interface("residues exponents x0 x1 x2", "k0 k1 k2 bits lines plane_line", "")
 comptime LINE_LANES = 16  # GPU threads that share a line in exact_line_planes: a half-warp
 
 
-def exact_line_planes[moduli: Int, lanes: Int, terms: Int](line: Int, lane: Int, args: Args):
-    """A line's exponent and its residue planes in one pass, for lines whose elements are contiguous: row `line` of
-    each of the `terms` operands x_t [lines, k_t] joined along k (one, or gemm_exact_summed_on's terms; LINE_PLANES'
-    args). `lanes` threads take the line (LINE_LANES on a GPU, a half-warp; 1 on the CPU), lane l its groups of 16 k
-    l, l + lanes, … of each term. They find the line's largest magnitude over every term (shuffled among the lanes:
-    a maximum of bit patterns, so any order and grouping give line_exponents' bits), store its exponent at
-    exponents[line], then read their groups again (from the caches now) and store the symmetric residues of their
-    fixed-point values (exact_prep's, cut with that exponent) modulo each of the first `moduli` MODULI: term t's k
-    from Σ_(s<t) padded(k_s) on in the line's plane_line bytes of each plane (store_residues; the padding, and every
-    residue of a non-finite line, zero). One read of each line from memory, where an exponent pass and a residue
-    pass would each read it."""
+def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args):
+    """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1,
+    no k ranges, a k_offset of 0; EXACT_RESIDUES' args): `lanes` threads take the line (LINE_LANES on a GPU, a
+    half-warp; 1 on the CPU), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude (shuffled among the 16 lanes: a maximum
+    of bit patterns, so any order gives line_exponents' bits), store its exponent at exponents[line], then read
+    their groups again (from the caches now) and store their residues. One read of the line from memory instead of
+    two (the exponents' kernel's and the residues')."""
     comptime assert lanes == 1 or lanes == LINE_LANES, "a line is a half-warp's or one caller's"
-    comptime assert 1 <= terms and terms <= 3, "one to three terms"
+    var length = args.size(0)
+    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var groups = padded(length) // RESIDUE_GROUP
     var largest = UInt32(0)
-    comptime for t in range(terms):
-        var k = args.size(t)
-        var x = args.f32(2 + t).unsafe_offset(line * k)
-        for g in range(lane, padded(k) // RESIDUE_GROUP, lanes):
-            var magnitudes = bitcast[DType.uint32, RESIDUE_GROUP](group_values(x, 1, k, g * RESIDUE_GROUP))
-            largest = max(largest, (magnitudes & 0x7FFFFFFF).reduce_max())
+    for g in range(lane, groups, lanes):
+        var magnitudes = bitcast[DType.uint32, RESIDUE_GROUP](group_values(x, 1, length, g * RESIDUE_GROUP))
+        largest = max(largest, (magnitudes & 0x7FFFFFFF).reduce_max())
     comptime if lanes > 1:
         comptime for level in range(4):
             largest = max(largest, shuffle_xor(largest, UInt32(LINE_LANES >> (level + 1))))
     var e = exponent_of_largest(largest)
     if lane == 0:
         args.i32(1).unsafe_store(line, e)
-    var offset = 0  # where term t's k begin in the plane line
-    comptime for t in range(terms):
-        var k = args.size(t)
-        var x = args.f32(2 + t).unsafe_offset(line * k)
-        for g in range(lane, padded(k) // RESIDUE_GROUP, lanes):
-            var first = g * RESIDUE_GROUP
-            store_residues[moduli](Int(args.addresses[0]), args.size(4), args.size(5), line, offset + first,
-                                   fixed_group(x, 1, k, first, args.size(3), e))
-        offset += padded(k)
+    for g in range(lane, groups, lanes):
+        store_residues[moduli](args, line, g * RESIDUE_GROUP, fixed_group(x, 1, length, g * RESIDUE_GROUP,
+                                                                          args.size(3), e))
 
 
-def whole_line_planes[moduli: Int, terms: Int](line: Int, args: Args):
+def whole_line_planes[moduli: Int](line: Int, args: Args):
     """exact_line_planes as the CPU runs it: one call a line."""
-    exact_line_planes[moduli, 1, terms](line, 0, args)
-
-
-def line_planes_on[moduli: Int, terms: Int](
-    dev: DevicePtr, residues: Int, exponents: Int, x: Array[F32Ptr, terms], lines: Int, k: Joined[terms], bits: Int
-) raises:
-    """exact_line_planes over `lines` lines of k's terms (x[t]: [lines, k.k[t]], rows contiguous), into planes whose
-    lines take padded(k.extent) bytes."""
-    var args = Args.empty()  # LINE_PLANES
-    args.addresses[0] = Int64(residues)
-    args.addresses[1] = Int64(exponents)
-    for t in range(k.count):
-        args.addresses[2 + t] = Int64(Int(x[t]))
-        args.sizes[t] = Int64(k.k[t])
-    args.sizes[3] = Int64(bits)
-    args.sizes[4] = Int64(lines)
-    args.sizes[5] = Int64(padded(k.extent))
-    comptime for count in range(1, terms + 1):
-        if k.count == count:
-            launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES, count], whole_line_planes[moduli, count]](
-                dev, lines, args
-            )
+    exact_line_planes[moduli, 1](line, 0, args)
 
 
 comptime TILE_LINES = 32  # lines of one exact_residues_across tile: a warp's reads span 32 neighbouring lines
@@ -598,14 +583,12 @@ def tile_scratch_floats(moduli: Int) -> Int:
 def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
-    """The residue planes of lines whose elements lie `lines` apart (neighbouring lines side by side: a transposed
-    operand; EXACT_RESIDUES' args: each value cut with exponent_at's e, its residues at k_offset + k of its line of
-    plane_line bytes in each plane, as store_residues places them, the padding zero), a tile of 32 lines × 64 k a
-    team of 128 threads (task = tile of k · line tiles + tile of lines). Thread t converts line t mod 32 of the tile
-    at group t ÷ 32, so a warp reads 32 neighbouring floats at once, into the scratch (each modulus a plane of 32
-    rows of TILE_ROW bytes, padded so that 8 neighbouring rows' 16-byte stores hit different banks); after the
-    barrier thread t stores 16 bytes of row t ÷ 4 at group t mod 4 of each plane, so 4 threads write 64 contiguous
-    bytes of a line."""
+    """exact_residues' values for lines whose elements lie `lines` apart (neighbouring lines side by side: a
+    transposed operand), a tile of 32 lines × 64 k a team of 128 threads (task = tile of k · line tiles + tile
+    of lines). Thread t converts line t mod 32 of the tile at group t ÷ 32, so a warp reads 32 neighbouring
+    floats at once, into the scratch (each modulus a plane of 32 rows of TILE_ROW bytes, padded so that 8
+    neighbouring rows' 16-byte stores hit different banks); after the barrier thread t stores 16 bytes of row
+    t ÷ 4 at group t mod 4 of each plane, so 4 threads write 64 contiguous bytes of a line."""
     var length = args.size(0)
     var step = args.size(2)
     var bits = args.size(3)
@@ -1036,14 +1019,13 @@ def joined_planes[moduli: Int, terms: Int, wide: Bool = False](
 ) raises:
     """The residue planes of an operand's lines (A's rows, B's columns), its terms joined along k: each line's
     exponent over every term (joined_line_exponents), then each term's residues at its offset of the line (int8,
-    or with `wide` the CPU's int16 planes: wide_planes); int8 planes of contiguous lines in one pass
-    (line_planes_on). along: a line's elements are contiguous (A's rows of A·B, B's columns of A·Bᵀ: x(line, k) at
-    line·k_t + k), else `lines` apart (at k·lines + line; contiguous too for a single line)."""
-    comptime if not wide:
-        if along or lines == 1:
-            line_planes_on[moduli](dev, residues, exponents, x, lines, k, bits)
-            return
+    or with `wide` the CPU's int16 planes: wide_planes). along: a line's elements are contiguous (A's rows of A·B,
+    B's columns of A·Bᵀ: x(line, k) at line·k_t + k), else `lines` apart (at k·lines + line)."""
     if k.count == 1:
+        comptime if not wide:
+            residue_planes[moduli](dev, residues, exponents, partial, x[0], lines, k.total, k.total if along else 1,
+                                   1 if along else lines, bits)
+            return
         line_exponents_on(dev, exponents, partial, x[0], lines, k.total, k.total if along else 1,
                           1 if along else lines)
     else:
@@ -1097,9 +1079,17 @@ def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
     line_stride: Int, element_stride: Int, bits: Int, range_length: Int = 0,
 ) raises:
-    """The exponents (line_exponents_on), then the residue planes (line_residues) of a transposed operand's lines,
-    whose elements lie apart (contiguous lines take line_planes_on). With a range_length, each range of k is cut
-    with its own exponents (exponent_at)."""
+    """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
+    a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
+    warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
+    k is cut with its own exponents (exponent_at). Contiguous lines without ranges take both steps in one kernel,
+    which reads each line from memory once (exact_line_planes)."""
+    if element_stride == 1 and range_length == 0:
+        var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, 0,
+                                  padded(length), 0)
+        launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES], whole_line_planes[moduli]](dev, lines,
+                                                                                                   planes)
+        return
     line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
     line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
                           padded(length), 0)
@@ -1110,8 +1100,25 @@ def line_residues[moduli: Int](
     element_stride: Int, bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
 ) raises:
     """residue_planes' second step, the lines' exponents found: each line's residues at k_offset of its line of
-    plane_line bytes in each plane (exact_residues_across, a team a tile of lines)."""
-    var planes = Args.empty()  # EXACT_RESIDUES
+    plane_line bytes in each plane (exact_residues, exact_residues_across)."""
+    var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
+                              plane_line, k_offset)
+    var groups = padded(length) // RESIDUE_GROUP
+    if element_stride == 1:
+        launch_index[exact_residues[moduli]](dev, lines * groups, planes)
+    else:
+        var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
+        launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
+            dev, tiles, planes
+        )
+
+
+def residue_args(
+    residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
+    bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
+) -> Args:
+    """EXACT_RESIDUES' args."""
+    var planes = Args.empty()
     planes.addresses[0] = Int64(residues)
     planes.addresses[1] = Int64(exponents)
     planes.addresses[2] = Int64(Int(x))
@@ -1123,11 +1130,7 @@ def line_residues[moduli: Int](
     planes.sizes[5] = Int64(range_length)
     planes.sizes[6] = Int64(plane_line)
     planes.sizes[7] = Int64(k_offset)
-    var groups = padded(length) // RESIDUE_GROUP
-    var tiles = (lines + TILE_LINES - 1) // TILE_LINES * ((groups + TILE_GROUPS - 1) // TILE_GROUPS)
-    launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
-        dev, tiles, planes
-    )
+    return planes
 
 
 def line_exponents_on(
