@@ -297,7 +297,8 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
 # weighted sum, X = Σ r_i·W_i − q·P (crt_round proves it), turns the N residues of X into X. One product runs,
 # in order: each operand's line exponents (line_exponents, a GPU warp a line, for a transposed operand over
 # its partial_maxima), its residue planes (exact_residues, a task a line and group of 16 k, or for a transposed
-# operand exact_residues_across, a team a tile of lines), the plane products (one strided batched cuBLAS int8
+# operand exact_residues_across, a team a tile of lines; many contiguous lines take both in one pass,
+# exact_line_planes, a GPU half-warp a line), the plane products (one strided batched cuBLAS int8
 # GEMM a chunk of k) and crt_round, a thread an output; or, in the fused form (the section after them), the plane
 # products and the reconstruction as one kernel. Every body is integer arithmetic in 32 bits where the values
 # allow. The CPU runs the same exponent passes and reconstruction over its own moduli (the section at the end).
@@ -384,7 +385,8 @@ def partial_maxima(task: Int, args: Args):
     var x = args.f32(1).unsafe_offset(line * args.size(1))
     var index = task
     if per_range > 0:
-        index = (b % per_range * args.size(4) + b // per_range) * lines + line
+        var ranges = args.size(4)
+        index = (b % per_range * ranges + b // per_range) * lines + line
     args.i32(0).unsafe_store(index, Int32(largest_magnitude(x, first, min(length, first + EXPONENT_BLOCK), 1, step)))
 
 
@@ -533,16 +535,21 @@ def store_residues[moduli: Int](args: Args, line: Int, first: Int, group: FixedG
         )
 
 
-comptime LINE_LANES = 16  # GPU threads that share a line in exact_line_planes: a half-warp
+comptime LINE_LANES = 16  # GPU threads that share a line in exact_line_planes: a half-warp (a line of 768 is 48
+# groups of 16 k, 3 a lane)
+comptime LINE_PLANES_MIN_LINES = 8192  # the fewest lines that take exact_line_planes: 2^17 threads, about half of
+# what an H100's or H200's multiprocessors hold; fewer lines (weights, a long k over few lines) keep the two passes,
+# whose tasks are a line's groups, so that a long line still spreads over many threads
 
 
 def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args):
-    """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1,
-    no k ranges, a k_offset of 0; EXACT_RESIDUES' args): `lanes` threads take the line (LINE_LANES on a GPU, a
-    half-warp; 1 on the CPU), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude (shuffled among the 16 lanes: a maximum
-    of bit patterns, so any order gives line_exponents' bits), store its exponent at exponents[line], then read
-    their groups again (from the caches now) and store their residues. One read of the line from memory instead of
-    two (the exponents' kernel's and the residues')."""
+    """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1, no
+    k ranges, a k_offset of 0; EXACT_RESIDUES' args): `lanes` threads take the line (LINE_LANES on a GPU, a
+    half-warp; 1 on the CPU, where launch_grouped needs a body but no product calls it: the CPU's exact GEMM cuts
+    its own planes, wide_planes), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude
+    (shuffled among the 16 lanes: a maximum of bit patterns, so any order gives line_exponents' bits), store its
+    exponent at exponents[line], then read their groups again (from the caches now) and store their residues. One
+    read of the line from memory instead of two (the exponents' kernel's and the residues')."""
     comptime assert lanes == 1 or lanes == LINE_LANES, "a line is a half-warp's or one caller's"
     var length = args.size(0)
     var x = args.f32(2).unsafe_offset(line * args.size(1))
@@ -552,6 +559,9 @@ def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args)
         var magnitudes = bitcast[DType.uint32, RESIDUE_GROUP](group_values(x, 1, length, g * RESIDUE_GROUP))
         largest = max(largest, (magnitudes & 0x7FFFFFFF).reduce_max())
     comptime if lanes > 1:
+        # xor 8, 4, 2, 1 stay within the half-warp; where the lines end mid-warp the other half has exited, which the
+        # shuffles do not wait for (group_kernel)
+        comptime assert LINE_LANES == 16, "four levels of shuffles"
         comptime for level in range(4):
             largest = max(largest, shuffle_xor(largest, UInt32(LINE_LANES >> (level + 1))))
     var e = exponent_of_largest(largest)
@@ -563,7 +573,7 @@ def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args)
 
 
 def whole_line_planes[moduli: Int](line: Int, args: Args):
-    """exact_line_planes as the CPU runs it: one call a line."""
+    """exact_line_planes as one call a line, the CPU body launch_grouped takes (no CPU product calls it)."""
     exact_line_planes[moduli, 1](line, 0, args)
 
 
@@ -1082,9 +1092,9 @@ def residue_planes[moduli: Int](
     """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
     a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
     warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
-    k is cut with its own exponents (exponent_at). Contiguous lines without ranges take both steps in one kernel,
-    which reads each line from memory once (exact_line_planes)."""
-    if element_stride == 1 and range_length == 0:
+    k is cut with its own exponents (exponent_at). Enough contiguous lines without ranges take both steps in one
+    kernel, which reads each line from memory once (exact_line_planes, LINE_PLANES_MIN_LINES)."""
+    if element_stride == 1 and range_length == 0 and lines >= LINE_PLANES_MIN_LINES:
         var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, 0,
                                   padded(length), 0)
         launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES], whole_line_planes[moduli]](dev, lines,
