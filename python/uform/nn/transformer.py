@@ -281,8 +281,12 @@ class TransformerStack:
     def _gemm(self, c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, **options) -> None:
         """A product of the passes; a weight gradient (Aᵀ·B over the tokens) sums by rows or blocks of rows
         (weight_gradient_range)."""
-        k_range = weight_gradient_range(m, n, k, self.row_length) if options.get("transpose_a") else 0
-        K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=k_range, **options)
+        K.gemm(c, a, b, m, n, k, fast=self.fast, k_range=self._k_range(m, n, k, options), **options)
+
+    def _k_range(self, m: int, n: int, k: int, options: dict) -> int:
+        """kernels.gemm's k_range for a product of the passes: a weight gradient's (Aᵀ·B over the tokens:
+        weight_gradient_range), else 0."""
+        return weight_gradient_range(m, n, k, self.row_length) if options.get("transpose_a") else 0
 
     def _gemm_apart(self, cs: list[Buffer], a: Buffer, bs: list[Buffer], m: int, ns: list[int], k: int, *,
                     a16: Buffer | None, b16s: list[Buffer | None], **options) -> None:
@@ -293,7 +297,7 @@ class TransformerStack:
             for c, b, n, b16 in zip(cs, bs, ns, b16s):
                 self._gemm(c, a, b, m, n, k, a16=a16, b16=b16, **options)
             return
-        ranges = [weight_gradient_range(m, n, k, self.row_length) if options.get("transpose_a") else 0 for n in ns]
+        ranges = [self._k_range(m, n, k, options) for n in ns]
         for k_range in dict.fromkeys(ranges):
             group = [i for i, r in enumerate(ranges) if r == k_range]
             K.gemm_group([cs[i] for i in group], [a] * len(group), [bs[i] for i in group], m, [ns[i] for i in group],
