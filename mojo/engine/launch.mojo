@@ -26,6 +26,7 @@ from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, global_idx, thread_idx
 from max.gpu.host import FuncAttribute
+from max.gpu.host.nvidia.tma import TMADescriptor
 from max.gpu.memory import AddressSpace
 from engine.device import Device, F32Ptr, I32Ptr, f32_at, i32_at
 from engine.target import HAS_ACCELERATOR
@@ -443,6 +444,54 @@ def gpu_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](
         n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
     )
     body[D](Int(block_idx.x), args)
+
+
+comptime GpuMappedTeamBody = def[D: Int](Int, Args, Int, Int) thin -> None
+"""A GPU-only team kernel's body that copies its operands' tiles by TMA: body(task, args, a_map, b_map), the maps'
+addresses (kernel parameters, so grid constants, as cp.async.bulk.tensor wants them)."""
+
+
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(per_sm)
+)
+@__llvm_arg_metadata(a_map, `nvvm.grid_constant`)
+@__llvm_arg_metadata(b_map, `nvvm.grid_constant`)
+def gpu_mapped_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamBody](
+    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
+    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
+    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
+    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
+    a_map: TMADescriptor, b_map: TMADescriptor,
+):
+    """gpu_team_kernel with two tensor maps beside the slots."""
+    var args = args_of_slots(
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
+    )
+    body[D](Int(block_idx.x), args, Int(Pointer(to=a_map)), Int(Pointer(to=b_map)))
+
+
+def launch_gpu_mapped_teams[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamBody, dynamic_shared: Int](
+    dev: DevicePtr, n: Int, args: Args, a_map: TMADescriptor, b_map: TMADescriptor
+) raises:
+    """launch_gpu_teams for a body that reads its operands through the tensor maps a_map and b_map."""
+    if not dev[].is_gpu():
+        raise Error("a GPU-only kernel was called on the CPU")
+    comptime if HAS_ACCELERATOR:
+        if n > 0:
+            var a = args.addresses
+            var s = args.sizes
+            var x = args.scalars
+            dev[].ctx().enqueue_function[gpu_mapped_team_kernel[D, team, per_sm, body]](
+                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                a_map, b_map,
+                grid_dim=n,
+                block_dim=team,
+                shared_mem_bytes=dynamic_shared,
+                func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(dynamic_shared)),
+            )
 
 
 def launch_gpu_teams[D: Int, team: Int, per_sm: Int, body: GpuTeamBody, dynamic_shared: Int = 0](

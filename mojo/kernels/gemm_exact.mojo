@@ -27,17 +27,19 @@ rounded once as here. Layouts as in gemm.mojo.
 from std.bit import count_leading_zeros
 from std.memory import bitcast
 from std.collections import Array
-from std.sys import llvm_intrinsic
+from std.sys import inlined_assembly, llvm_intrinsic
+from std.utils import IndexList
 from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
-from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_teams,
-                           launch_grouped, launch_index, launch_rows, launch_teams, sync)
+from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_mapped_teams,
+                           launch_gpu_teams, launch_grouped, launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import (
     WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync,
 )
-from max.gpu.memory import (
-    AddressSpace, async_copy, async_copy_commit_group, async_copy_wait_group, external_memory, fence_async_view_proxy,
-)
+from max.gpu.host import DeviceBuffer
+from max.gpu.host.nvidia.tma import TMADescriptor, TensorMapSwizzle, create_tma_descriptor
+from max.gpu.memory import AddressSpace, cp_async_bulk_tensor_shared_cluster_global, external_memory
+from max.gpu.sync import mbarrier_arrive_expect_tx_shared, mbarrier_init
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down, shuffle_xor
 from engine.numerics import CANONICAL_NAN
@@ -1249,8 +1251,9 @@ def plane_products_on_tensor_cores(
 # The unfused form writes N(K) int32 planes of M·N chunk sums (44 bytes an output for 11 moduli) and crt_round
 # reads them back. The fused kernel keeps one byte an output and modulus instead. A block of two warpgroups owns
 # a tile of 128 × 256 or 128 × 128 outputs (FusedTile) and a range of k; modulus after modulus it streams the
-# tile's lines of A's and B's planes through a ring of shared-memory stages (cp.async fills the next stages while
-# Hopper's warpgroup tensor cores, wgmma int8 × int8 → int32, multiply the current one), and at the end of each
+# tile's lines of A's and B's planes through a ring of shared-memory stages (one thread's TMA tensor copies fill
+# the next stages, each completing its slot's mbarrier, while Hopper's warpgroup tensor cores, wgmma int8 × int8 →
+# int32, multiply the current one), and at the end of each
 # chunk of k a thread folds its int32 sums modulo p_i into bytes in the workspace. After the last modulus the same
 # thread reads its bytes back, reconstructs and rounds its outputs (crt_value, then finished) and stores the floats;
 # where k is split into ranges, a second kernel does that for every tile once every range is folded
@@ -1276,7 +1279,7 @@ struct FusedTile[columns: Int]:
     comptime refill_late = Self.columns == 128
     comptime ahead = 2
     comptime slots = Self.ahead + (1 if Self.refill_late else 2)  # stages in the ring: 96 KB a block, or 192 KB
-    comptime shared_bytes = Self.slots * Self.stage_bytes
+    comptime shared_bytes = Self.slots * Self.stage_bytes + 8 * Self.slots  # the ring, then a slot's mbarrier each
     comptime blocks_per_sm = 1 if Self.columns == 256 else 2
     comptime sums = Self.columns // 2  # int32 sums a thread holds (m64nNk32's accumulator fragment)
     comptime words = Self.sums // 4  # 32-bit words of a thread's residues modulo one modulus
@@ -1284,7 +1287,6 @@ struct FusedTile[columns: Int]:
 
 
 comptime SharedBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
-comptime GlobalBytes = Pointer[Int8, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
 comptime U32Ptr = Pointer[UInt32, MutUntrackedOrigin, address_space=AddressSpace.GLOBAL]
 
 
@@ -1349,23 +1351,17 @@ def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int) -> Int
     return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns
 
 
-struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
-    """A thread's share of filling a stage with k [k, k + 128) of the tile's 128 lines of A's plane and `columns` of
-    B's, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
-    128·l + 16·(j XOR l mod 8)): copies of 16 bytes (cp.async, 12 or 8 a thread), copy c of piece j = tid mod 8
-    of line 32·c + tid ÷ 8, so that 8 neighbouring threads read a line's 128 contiguous bytes. Pieces past the line's
-    stored length, and lines past the operand's rows (A) or columns (B), land as zeros."""
+struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
+    """The stream of a tile's stages: k [k, k + 128) of the tile's 128 lines of A's plane and `columns` lines of B's,
+    k_begin to k_end, the moduli in turn, each stage copied by two TMA tensor copies (issued by thread 0) into its
+    slot of the ring, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
+    128·l + 16·(j XOR l mod 8)), completing the slot's mbarrier. The tensor maps (residue_map) fill lines past the
+    operand's rows (A) or columns (B), and k past the line, with zeros."""
 
-    var a_first: Int  # address of this thread's first piece in modulus 0's plane of A (k = 0)
-    var b_first: Int
-    var a_lines: Int  # lines of A (and of B) this thread's copies may read: the tile's lines inside the operand
-    var b_lines: Int
-    var piece: Int  # the piece's byte offset in its line
-    var target: Int  # the piece's offset in a stage (copy 0's line)
-    var line: Int  # bytes of a residue line
-    var line_of_thread: Int  # the line of copy 0 (copy c's is 32·c further)
-    var a_plane_bytes: Int  # from one modulus's plane of A to the next
-    var b_plane_bytes: Int
+    var a_map: Int  # the addresses of the tensor maps of A's and B's planes (kernel parameters)
+    var b_map: Int
+    var row0: Int  # the tile's first row of A and column of B
+    var column0: Int
     var k_begin: Int  # the range of k this block multiplies, of every modulus
     var k_end: Int
     var modulus: Int  # the next stage to fill: modulus, k and slot of the ring
@@ -1373,21 +1369,11 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
     var slot: Int
 
     @always_inline
-    def __init__(out self, a_plane: Int, b_plane: Int, line: Int, a_lines: Int, b_lines: Int, a_lines_total: Int,
-                 b_lines_total: Int, k_begin: Int, k_end: Int, tid: Int):
-        """Copies of k [k_begin, k_end) of the tile whose first lines are at a_plane and b_plane in modulus 0's
-        planes (a_lines and b_lines of them inside the operands, whose planes hold a_lines_total and
-        b_lines_total lines)."""
-        self.line_of_thread = tid // 8
-        self.piece = 16 * (tid % 8)
-        self.line = line
-        self.a_first = a_plane + self.line_of_thread * line + self.piece
-        self.b_first = b_plane + self.line_of_thread * line + self.piece
-        self.a_lines = a_lines
-        self.b_lines = b_lines
-        self.target = self.line_of_thread * FUSED_K + 16 * ((tid % 8) ^ (self.line_of_thread % 8))
-        self.a_plane_bytes = a_lines_total * line
-        self.b_plane_bytes = b_lines_total * line
+    def __init__(out self, a_map: Int, b_map: Int, row0: Int, column0: Int, k_begin: Int, k_end: Int):
+        self.a_map = a_map
+        self.b_map = b_map
+        self.row0 = row0
+        self.column0 = column0
         self.k_begin = k_begin
         self.k_end = k_end
         self.modulus = 0
@@ -1395,35 +1381,59 @@ struct StagedCopies[columns: Int](ImplicitlyCopyable, Movable):
         self.slot = 0
 
     @always_inline
-    def start_next[moduli: Int](mut self, shared: SharedBytes):
-        """Start filling the next stage of the stream (k [k, k + 128) of one modulus's planes, k_begin to k_end,
-        the moduli in turn) into its slot of the ring, and commit its copies as one group (an empty group once the
-        stream is done)."""
+    def start_next[moduli: Int](mut self, shared: SharedBytes, full: BarrierPtr):
+        """Start filling the next stage of the stream (nothing once it is done): thread 0 tells the slot's mbarrier
+        to expect the stage's bytes and issues its two tensor copies, which complete that mbarrier's phase."""
         if self.modulus < moduli:
-            var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
-            var inside = self.k + self.piece < self.line
-            comptime for copy in range(FusedTile[Self.columns].lines // 32):
-                comptime of_a = copy < FUSED_ROWS // 32
-                comptime index = copy if of_a else copy - FUSED_ROWS // 32
-                var valid = inside and 32 * index + self.line_of_thread < (self.a_lines if of_a else self.b_lines)
-                var first = self.a_first if of_a else self.b_first
-                var source = GlobalBytes(unsafe_from_address=first + 32 * index * self.line + self.k)
-                async_copy[16, fill=Int8(0)](
-                    source, stage.unsafe_offset(copy * 32 * FUSED_K + self.target), src_size=Int32(16 if valid else 0)
+            if thread_idx.x == 0:
+                var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
+                var landed = full.unsafe_offset(self.slot)
+                mbarrier_arrive_expect_tx_shared(landed, Int32(FusedTile[Self.columns].stage_bytes))
+                cp_async_bulk_tensor_shared_cluster_global(
+                    stage, OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.a_map), landed,
+                    IndexList[3](self.k, self.row0, self.modulus),
+                )
+                cp_async_bulk_tensor_shared_cluster_global(
+                    stage.unsafe_offset(FUSED_ROWS * FUSED_K),
+                    OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.b_map), landed,
+                    IndexList[3](self.k, self.column0, self.modulus),
                 )
             self.k += FUSED_K
             if self.k >= self.k_end:
                 self.k = self.k_begin
                 self.modulus += 1
-                self.a_first += self.a_plane_bytes
-                self.b_first += self.b_plane_bytes
             self.slot = 0 if self.slot + 1 == FusedTile[Self.columns].slots else self.slot + 1
-        async_copy_commit_group()
+
+
+comptime BarrierPtr = Pointer[Int64, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+
+
+@always_inline
+def wait_landed(landed: BarrierPtr, phase: Int):
+    """Wait until the mbarrier `landed` completes its phase of parity `phase` (its stage's copies have landed)."""
+    inlined_assembly[
+        "{ .reg .pred P1; LAB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; @P1 bra DONE; "
+        + "bra LAB_WAIT; DONE: }",
+        NoneType,
+        constraints="r,r",
+    ](Int32(Int(landed)), Int32(phase))
+
+
+def residue_map[lines: Int](dev: DevicePtr, planes: Int, rows: Int, K: Int, moduli: Int) raises -> TMADescriptor:
+    """The tensor map of residue planes at `planes` (moduli planes of `rows` lines of padded(K) bytes) that copies
+    boxes of `lines` lines × FUSED_K bytes with 128-byte swizzling: coordinates (k, line, modulus)."""
+    var line = padded(K)
+    var buffer = DeviceBuffer[DType.uint8](
+        dev[].ctx(), Pointer[UInt8, MutAnyOrigin](unsafe_from_address=planes), moduli * rows * line, owning=False
+    )
+    return create_tma_descriptor[DType.uint8, 3, TensorMapSwizzle.SWIZZLE_128B](
+        buffer, IndexList[3](moduli, rows, line), IndexList[3](rows * line, line, 1), IndexList[3](1, lines, FUSED_K)
+    )
 
 
 @always_inline
 def swizzled_lines(lines: SharedBytes) -> Int64:
-    """The wgmma descriptor of staged lines (StagedCopies' layout): the start address, 1024 bytes between groups
+    """The wgmma descriptor of staged lines (StageLoads' layout): the start address, 1024 bytes between groups
     of 8 lines, 128-byte swizzling (addresses and offsets in 16-byte units; the leading offset is unused there)."""
     return Int64((Int(lines) & 0x3FFFF) >> 4) | (Int64(1) << 16) | (Int64(1024 >> 4) << 32) | (Int64(1) << 62)
 
@@ -1477,7 +1487,7 @@ comptime EXACT_FUSED = Interface(
 
 
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
-def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
+def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: Int, b_map: Int):
     """Task `task` = split·tiles + tile (tiles: row tiles × column tiles, column tiles fastest) of the product whose
     residue planes residue_planes (or joined_planes) wrote: for every modulus the plane products of the split's
     range of k on the tensor cores, folded to residues; then, if k is not split, each thread reconstructs and rounds
@@ -1508,31 +1518,38 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args):
     var tid = Int(thread_idx.x)
     var warpgroup = tid // 128
     var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
+    var full = BarrierPtr(unsafe_from_address=Int(shared.unsafe_offset(tile.slots * tile.stage_bytes)))
+    if tid == 0:
+        comptime for slot in range(tile.slots):
+            mbarrier_init(full.unsafe_offset(slot), 1)
+    barrier()  # the mbarriers initialised before any thread waits on one
     var residues = residue_block[moduli, columns](args, task)
-    var copies = StagedCopies[columns](Int(args.addresses[1]) + row0 * line, Int(args.addresses[2]) + column0 * line,
-                                       line, M - row0, N - column0, M, N, k_begin, k_end, tid)
+    var loads = StageLoads[columns](a_map, b_map, row0, column0, k_begin, k_end)
     comptime for _ in range(tile.ahead):
-        copies.start_next[moduli](shared)
+        loads.start_next[moduli](shared, full)
     var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
     var k = k_begin
     var slot = 0
+    var phase = 0  # the parity of the phase of slot's mbarrier that its next stage completes
     while i < moduli:
         var chunk_begin = k
         var chunk_end = min(k_end, k + RESIDUE_CHUNK)
         var sums = SIMD[DType.uint32, tile.sums](0)
         while k < chunk_end:
-            async_copy_wait_group(Int32(tile.ahead - 1))  # this stage's copies have landed (the next ones' may not)
-            fence_async_view_proxy()  # this thread's copies visible to the tensor cores' reads
-            barrier()  # every thread's copies of this stage landed (and, refilling early, the slot refilled is free)
+            wait_landed(full.unsafe_offset(slot), phase)  # this stage's copies have landed
             comptime if not tile.refill_late:
-                copies.start_next[moduli](shared)
+                barrier()  # every warpgroup done with the stage two before, whose slot the next copies refill
+                loads.start_next[moduli](shared, full)
             sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
             comptime if tile.refill_late:
                 barrier()  # every warpgroup done with the stage before, whose slot the next copies refill
-                copies.start_next[moduli](shared)
+                loads.start_next[moduli](shared, full)
             k += FUSED_K
-            slot = 0 if slot + 1 == tile.slots else slot + 1
+            slot += 1
+            if slot == tile.slots:
+                slot = 0
+                phase ^= 1
         wgmma_wait_group_sync[0]()
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
@@ -1644,15 +1661,15 @@ def column_exponents(b_exponents: I32Ptr, n: Int, N: Int) -> SIMD[DType.int32, 2
 
 
 @always_inline
-def exact_fused_wide[moduli: Int](task: Int, args: Args):
+def exact_fused_wide[moduli: Int](task: Int, args: Args, a_map: Int, b_map: Int):
     """exact_fused_tile on tiles of 128 × 256 outputs."""
-    exact_fused_tile[moduli, 256](task, args)
+    exact_fused_tile[moduli, 256](task, args, a_map, b_map)
 
 
 @always_inline
-def exact_fused_narrow[moduli: Int](task: Int, args: Args):
+def exact_fused_narrow[moduli: Int](task: Int, args: Args, a_map: Int, b_map: Int):
     """exact_fused_tile on tiles of 128 × 128 outputs."""
-    exact_fused_tile[moduli, 128](task, args)
+    exact_fused_tile[moduli, 128](task, args, a_map, b_map)
 
 
 def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
@@ -1680,15 +1697,16 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     args.sizes[4] = Int64(1 if accumulate else 0)
     args.sizes[5] = Int64(splits)
     args.sizes[6] = Int64(1 if ranges else 0)
+    var a_map = residue_map[FUSED_ROWS](dev, a_residues, M, K, moduli)
     if fused_columns(K, splits) == 256:
         comptime wide = FusedTile[256]
-        launch_gpu_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
-            dev, fused_tiles(M, N, 256), args
+        launch_gpu_mapped_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
+            dev, fused_tiles(M, N, 256), args, a_map, residue_map[256](dev, b_residues, N, K, moduli)
         )
         return
     comptime narrow = FusedTile[128]
-    launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_narrow, narrow.shared_bytes](
-        dev, splits * fused_tiles(M, N, 128), args
+    launch_gpu_mapped_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_narrow, narrow.shared_bytes](
+        dev, splits * fused_tiles(M, N, 128), args, a_map, residue_map[128](dev, b_residues, N, K, moduli)
     )
     if splits > 1 and not ranges:
         launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_splits_summed](
