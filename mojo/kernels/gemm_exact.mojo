@@ -1360,63 +1360,63 @@ struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
 
     var a_map: Int  # the addresses of the tensor maps of A's and B's planes (kernel parameters)
     var b_map: Int
-    var row0: Int  # the tile's first row of A and column of B
-    var column0: Int
-    var k_begin: Int  # the range of k this block multiplies, of every modulus
-    var k_end: Int
-    var modulus: Int  # the next stage to fill: modulus, k and slot of the ring
-    var k: Int
-    var slot: Int
+    var row0: Int32  # the tile's first row of A and column of B
+    var column0: Int32
+    var k_begin: Int32  # the range of k this block multiplies, of every modulus
+    var k_end: Int32
+    var modulus: Int32  # the next stage to fill: modulus, k and slot of the ring
+    var k: Int32
+    var slot: Int32
 
     @always_inline
     def __init__(out self, a_map: Int, b_map: Int, row0: Int, column0: Int, k_begin: Int, k_end: Int):
         self.a_map = a_map
         self.b_map = b_map
-        self.row0 = row0
-        self.column0 = column0
-        self.k_begin = k_begin
-        self.k_end = k_end
+        self.row0 = Int32(row0)
+        self.column0 = Int32(column0)
+        self.k_begin = Int32(k_begin)
+        self.k_end = Int32(k_end)
         self.modulus = 0
-        self.k = k_begin
+        self.k = self.k_begin
         self.slot = 0
 
     @always_inline
     def start_next[moduli: Int](mut self, shared: SharedBytes, full: BarrierPtr):
         """Start filling the next stage of the stream (nothing once it is done): thread 0 tells the slot's mbarrier
         to expect the stage's bytes and issues its two tensor copies, which complete that mbarrier's phase."""
-        if self.modulus < moduli:
+        if self.modulus < Int32(moduli):
             if thread_idx.x == 0:
-                var stage = shared.unsafe_offset(self.slot * FusedTile[Self.columns].stage_bytes)
-                var landed = full.unsafe_offset(self.slot)
+                var stage = shared.unsafe_offset(Int(self.slot) * FusedTile[Self.columns].stage_bytes)
+                var landed = full.unsafe_offset(Int(self.slot))
                 mbarrier_arrive_expect_tx_shared(landed, Int32(FusedTile[Self.columns].stage_bytes))
                 cp_async_bulk_tensor_shared_cluster_global(
                     stage, OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.a_map), landed,
-                    IndexList[3](self.k, self.row0, self.modulus),
+                    IndexList[3](Int(self.k), Int(self.row0), Int(self.modulus)),
                 )
                 cp_async_bulk_tensor_shared_cluster_global(
                     stage.unsafe_offset(FUSED_ROWS * FUSED_K),
                     OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.b_map), landed,
-                    IndexList[3](self.k, self.column0, self.modulus),
+                    IndexList[3](Int(self.k), Int(self.column0), Int(self.modulus)),
                 )
             self.k += FUSED_K
             if self.k >= self.k_end:
                 self.k = self.k_begin
                 self.modulus += 1
-            self.slot = 0 if self.slot + 1 == FusedTile[Self.columns].slots else self.slot + 1
+            self.slot = 0 if self.slot + 1 == Int32(FusedTile[Self.columns].slots) else self.slot + 1
 
 
 comptime BarrierPtr = Pointer[Int64, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
 
 
 @always_inline
-def wait_landed(landed: BarrierPtr, phase: Int):
+def wait_landed(landed: BarrierPtr, phase: Int32):
     """Wait until the mbarrier `landed` completes its phase of parity `phase` (its stage's copies have landed)."""
     inlined_assembly[
         "{ .reg .pred P1; LAB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; @P1 bra DONE; "
         + "bra LAB_WAIT; DONE: }",
         NoneType,
         constraints="r,r",
-    ](Int32(Int(landed)), Int32(phase))
+    ](Int32(Int(landed)), phase)
 
 
 def residue_map[lines: Int](dev: DevicePtr, planes: Int, rows: Int, K: Int, moduli: Int) raises -> TMADescriptor:
@@ -1440,14 +1440,12 @@ def swizzled_lines(lines: SharedBytes) -> Int64:
 
 @always_inline
 def multiply_stage[columns: Int](
-    sums: SIMD[DType.uint32, FusedTile[columns].sums], stage: SharedBytes, warpgroup: Int
+    sums: SIMD[DType.uint32, FusedTile[columns].sums], a: Int64, b: Int64
 ) -> SIMD[DType.uint32, FusedTile[columns].sums]:
-    """sums + the warpgroup's 64 rows of A's staged lines · the `columns` columns of B's, over the stage's 128 k:
-    four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the next 32 bytes of every
-    line, started as one group: the caller waits for it (wgmma_wait_group_sync) before it reads the sums or
-    refills the stage."""
-    var a = swizzled_lines(stage.unsafe_offset(64 * warpgroup * FUSED_K))
-    var b = swizzled_lines(stage.unsafe_offset(FUSED_ROWS * FUSED_K))
+    """sums + a warpgroup's 64 rows of A's staged lines · the `columns` columns of B's, over the stage's 128 k (a and
+    b: swizzled_lines of both): four wgmma m64nNk32 (N = columns; int8 × int8, exact int32 sums), each reading the
+    next 32 bytes of every line, started as one group: the caller waits for it (wgmma_wait_group_sync) before it
+    reads the sums or refills the stage."""
     var result = sums
     wgmma_fence_aligned()
     comptime for step in range(FUSED_K // 32):
@@ -1527,39 +1525,43 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     var loads = StageLoads[columns](a_map, b_map, row0, column0, k_begin, k_end)
     comptime for _ in range(tile.ahead):
         loads.start_next[moduli](shared, full)
+    # The wgmma descriptors of slot 0's lines (the warpgroup's rows of A, and B); slot s's lie s·stage_bytes further.
+    var a_lines = swizzled_lines(shared.unsafe_offset(64 * warpgroup * FUSED_K))
+    var b_lines = swizzled_lines(shared.unsafe_offset(FUSED_ROWS * FUSED_K))
     var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
-    var k = k_begin
-    var slot = 0
-    var phase = 0  # the parity of the phase of slot's mbarrier that its next stage completes
+    var k = Int32(k_begin)  # 32-bit stream positions: fewer instructions a stage than Int's 64 bits
+    var slot = Int32(0)
+    var phase = Int32(0)  # the parity of the phase of slot's mbarrier that its next stage completes
     while i < moduli:
         var chunk_begin = k
-        var chunk_end = min(k_end, k + RESIDUE_CHUNK)
+        var chunk_end = Int32(min(k_end, Int(k) + RESIDUE_CHUNK))
         var sums = SIMD[DType.uint32, tile.sums](0)
         while k < chunk_end:
-            wait_landed(full.unsafe_offset(slot), phase)  # this stage's copies have landed
+            wait_landed(full.unsafe_offset(Int(slot)), phase)  # this stage's copies have landed
             comptime if not tile.refill_late:
                 barrier()  # every warpgroup done with the stage two before, whose slot the next copies refill
                 loads.start_next[moduli](shared, full)
-            sums = multiply_stage[columns](sums, shared.unsafe_offset(slot * tile.stage_bytes), warpgroup)
+            var offset = Int64(slot * Int32(tile.stage_bytes >> 4))
+            sums = multiply_stage[columns](sums, a_lines + offset, b_lines + offset)
             wgmma_wait_group_sync[1]()  # the stage before this one is done; this one's products run on
             comptime if tile.refill_late:
                 barrier()  # every warpgroup done with the stage before, whose slot the next copies refill
                 loads.start_next[moduli](shared, full)
             k += FUSED_K
             slot += 1
-            if slot == tile.slots:
+            if slot == Int32(tile.slots):
                 slot = 0
                 phase ^= 1
         wgmma_wait_group_sync[0]()
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                if chunk_begin == k_begin:
+                if Int(chunk_begin) == k_begin:
                     fold_sums[MODULI[j], columns, True](words, sums, tid)
                 else:
                     fold_sums[MODULI[j], columns, False](words, sums, tid)
-        if k >= k_end:
-            k = k_begin
+        if Int(k) >= k_end:
+            k = Int32(k_begin)
             i += 1
     if args.flag(6):
         reconstruct_tile[moduli, columns](task % tiles, args, task // tiles)
