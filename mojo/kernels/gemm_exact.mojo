@@ -25,9 +25,10 @@ rounded once as here. Layouts as in gemm.mojo.
 """
 
 from std.bit import count_leading_zeros
+from std.math import fma
 from std.memory import bitcast
 from std.collections import Array
-from std.sys import inlined_assembly, llvm_intrinsic
+from std.sys import inlined_assembly, is_nvidia_gpu, llvm_intrinsic
 from std.utils import IndexList
 from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
 from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_mapped_teams,
@@ -785,21 +786,29 @@ def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
       32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
       in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
     So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: 3·N 32×32-bit
-    multiply-adds and N for T, no Garner steps and no 128-bit multiplies."""
-    var estimate = SIMD[DType.uint64, w](1 << 31)  # T + 2^31
-    var low = SIMD[DType.uint64, w](0)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
-    var middle = SIMD[DType.uint64, w](0)
-    var high = SIMD[DType.uint32, w](0)
+    multiply-adds and N for T, no Garner steps and no 128-bit multiplies.
+    T and the 64-bit sums of words 0 and 1 are integers below 2^50, so float64 holds them and every partial sum
+    exactly: they are summed by fma on the float64 units (a GPU's FP64 pipe, beside the integer multipliers that
+    word 2's sum and the rest keep busy), each r_i converted exactly, and read back as integers."""
+    var estimate_sum = SIMD[DType.float64, w](1 << 31)  # T + 2^31
+    var low_sum = SIMD[DType.float64, w](0)  # words 0 and 1 of S
+    var middle_sum = SIMD[DType.float64, w](0)
+    var high = SIMD[DType.uint32, w](0)  # word 2 of S + q·(2^96 − P)
     comptime for i in range(moduli):
         comptime weight = crt_weight[wide, moduli, i]()
+        comptime fraction = Float64(crt_fraction[wide, moduli, i]())
+        comptime weight_low = Float64(word(weight, 0))
+        comptime weight_middle = Float64(word(weight, 1))
+        comptime weight_high = UInt32(word(weight, 2))
         var r32 = residues.slice[w, offset = i * w]()
-        var r = r32.cast[DType.uint64]()
-        comptime fraction = crt_fraction[wide, moduli, i]()
-        estimate += r * fraction
-        low += r * word(weight, 0)
-        middle += r * word(weight, 1)
-        high += r32 * UInt32(word(weight, 2))
-    var q = estimate >> 32
+        var r = exact_float64(r32)
+        estimate_sum = fma(r, SIMD[DType.float64, w](fraction), estimate_sum)
+        low_sum = fma(r, SIMD[DType.float64, w](weight_low), low_sum)
+        middle_sum = fma(r, SIMD[DType.float64, w](weight_middle), middle_sum)
+        high += r32 * weight_high
+    var low = exact_integer(low_sum)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var middle = exact_integer(middle_sum)
+    var q = exact_integer(estimate_sum) >> 32
     comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product[wide, moduli]()  # ≡ −P (mod 2^96)
     low += q * word(complement, 0)
     middle += q * word(complement, 1) + (low >> 32)
@@ -809,6 +818,30 @@ def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
         value[j] = rounded_words(high[j], UInt32(middle[j] & 0xFFFFFFFF), UInt32(low[j] & 0xFFFFFFFF),
                                  2 * bits - Int(e[j]) - Int(f[j]))
     return value
+
+
+comptime TWO_52 = Float64(1 << 52)  # a float64 of magnitude [2^52, 2^53) holds exactly the integers, a unit apart
+
+
+@always_inline
+def exact_float64[w: SIMDLength, //](x: SIMD[DType.uint32, w]) -> SIMD[DType.float64, w]:
+    """x as a float64, exactly: the float64 whose high word is 2^52's and low word x (so 2^52 + x), less 2^52. On
+    an NVIDIA GPU the two words are joined by a move the compiler cannot read as a conversion (which it would make
+    an I2F.F64, a slow instruction), so that only the subtraction runs, on the FP64 pipe."""
+    comptime high_word = UInt32(bitcast[DType.uint64](TWO_52) >> 32)
+    var joined = SIMD[DType.float64, w](0)
+    comptime for j in range(w):
+        comptime if is_nvidia_gpu():
+            joined[j] = inlined_assembly["mov.b64 $0, {$1, $2};", Float64, constraints="=d,r,r"](x[j], high_word)
+        else:
+            joined[j] = bitcast[DType.float64](UInt64(x[j]) | (UInt64(high_word) << 32))
+    return joined - TWO_52
+
+
+@always_inline
+def exact_integer[w: SIMDLength, //](x: SIMD[DType.float64, w]) -> SIMD[DType.uint64, w]:
+    """x, an integer in [0, 2^52) held by a float64, as an integer: the significand bits of 2^52 + x."""
+    return bitcast[DType.uint64, w](x + TWO_52) & ((1 << 52) - 1)
 
 
 @always_inline
