@@ -18,7 +18,7 @@ from engine.launch import (
     device_of, launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
 )
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
-from engine.target import HAS_ACCELERATOR
+from engine.target import HAS_ACCELERATOR, HAS_NVIDIA
 from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, embedding, gemm,
                      gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum,
                      verdict)
@@ -168,12 +168,14 @@ def launch_fast_attention[body: GpuTeamBody, registers: Int](dev: DevicePtr, n: 
     """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension,
     compiled to keep a thread within `registers` (attention_fast.blocks_per_sm)."""
     var head_dim = attention.Attention(args).head_dim
-    comptime for i in range(len(attention_fast.HEAD_DIMS)):
-        comptime D = attention_fast.HEAD_DIMS[i]
-        if head_dim == D:
-            launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](dev, n, args)
-            return
-    raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
+    comptime if HAS_NVIDIA:  # its mma.sync shapes (m16n8k16) are NVIDIA's
+        comptime for i in range(len(attention_fast.HEAD_DIMS)):
+            comptime D = attention_fast.HEAD_DIMS[i]
+            if head_dim == D:
+                launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](dev, n,
+                                                                                                           args)
+                return
+    raise Error("fast attention: head_dim ", head_dim, " has no fast kernel in this build")
 
 
 @fieldwise_init

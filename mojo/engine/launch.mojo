@@ -474,7 +474,9 @@ def gpu_mapped_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamBo
 def launch_gpu_mapped_teams[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamBody, dynamic_shared: Int](
     dev: DevicePtr, n: Int, args: Args, a_map: TMADescriptor, b_map: TMADescriptor
 ) raises:
-    """launch_gpu_teams for a body that reads its operands through the tensor maps a_map and b_map."""
+    """launch_gpu_teams for a body that reads its operands through the tensor maps a_map and b_map. A launcher of
+    its own because the maps are two more kernel parameters beside Args' slots (grid constants; 128 bytes each),
+    which the other team kernels need not carry."""
     if not dev[].is_gpu():
         raise Error("a GPU-only kernel was called on the CPU")
     comptime if HAS_ACCELERATOR:

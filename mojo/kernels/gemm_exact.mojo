@@ -39,12 +39,14 @@ from max.gpu.compute.mma import (
 )
 from max.gpu.host import DeviceBuffer
 from max.gpu.host.nvidia.tma import TMADescriptor, TensorMapSwizzle, create_tma_descriptor
-from max.gpu.memory import AddressSpace, cp_async_bulk_tensor_shared_cluster_global, external_memory
+from max.gpu.memory import (
+    AddressSpace, cp_async_bulk_tensor_shared_cluster_global, external_memory, fence_async_view_proxy,
+)
 from max.gpu.sync import mbarrier_arrive_expect_tx_shared, mbarrier_init
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down, shuffle_xor
 from engine.numerics import CANONICAL_NAN
-from engine.target import HAS_ACCELERATOR
+from engine.target import HAS_ACCELERATOR, HAS_HOPPER, HAS_NVIDIA
 from kernels.gemm import transposed
 from kernels.tree_sum import tree_sum
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
@@ -783,16 +785,17 @@ def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
       T = Σ_i r_i·⌊2^32·c_i/p_i⌋ lies in (S/P − ε, S/P], ε = 12·2^13·2^−32 < 2^−15 < δ, so
       q = ⌊(T + 2^31)/2^32⌋ = q' (T/2^32 + 1/2 lies in (q' + δ − ε, q' + 1 − δ] ⊂ [q', q' + 1)).
     - |X| < P/2 < 2^95, so X is its value modulo 2^96 read as a signed 96-bit integer: S + q·(2^96 − P) in
-      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word, below 2^32; q ≤ Σ r_i < 12·2^13)
-      in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
-    So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: 3·N 32×32-bit
-    multiply-adds and N for T, no Garner steps and no 128-bit multiplies.
-    T and the 64-bit sums of words 0 and 1 are integers below 2^50, so float64 holds them and every partial sum
-    exactly: they are summed by fma on the float64 units (a GPU's FP64 pipe, beside the integer multipliers that
-    word 2's sum and the rest keep busy), each r_i converted exactly, and read back as integers."""
+      32-bit words. Words 0 and 1 sum the products r_i·w and q·w (w a word of W_i or of 2^96 − P, below 2^32;
+      q ≤ Σ r_i < 12·2^13) in 64 bits, below 24·2^45 < 2^50 with the carries; word 2 is kept modulo 2^32 (wrapping).
+    So any residues r_i ≡ X below 2^13 give the same X, hence the same bits. Per output: N 32×32-bit multiply-adds
+    (word 2) and 3·N float64 fmas, no Garner steps and no 128-bit multiplies: T and the sums Σ r_i·w of words 0 and
+    1 are integers below 2^48 (every term non-negative, every product below 2^45), so float64 holds them and every
+    partial sum exactly. They are summed by fma on the float64 units (a GPU's FP64 pipe, beside the integer
+    multipliers that word 2's sum and the rest keep busy), each r_i converted exactly, and read back as integers
+    (exact_integer) before the q·w terms and the carries."""
     var estimate_sum = SIMD[DType.float64, w](1 << 31)  # T + 2^31
-    var low_sum = SIMD[DType.float64, w](0)  # words 0 and 1 of S
-    var middle_sum = SIMD[DType.float64, w](0)
+    var low_sum = SIMD[DType.float64, w](0)  # Σ r_i·(word 0 of W_i)
+    var middle_sum = SIMD[DType.float64, w](0)  # Σ r_i·(word 1 of W_i)
     var high = SIMD[DType.uint32, w](0)  # word 2 of S + q·(2^96 − P)
     comptime for i in range(moduli):
         comptime weight = crt_weight[wide, moduli, i]()
@@ -806,7 +809,7 @@ def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
         low_sum = fma(r, SIMD[DType.float64, w](weight_low), low_sum)
         middle_sum = fma(r, SIMD[DType.float64, w](weight_middle), middle_sum)
         high += r32 * weight_high
-    var low = exact_integer(low_sum)  # words 0, 1 and 2 of S + q·(2^96 − P), before the carries
+    var low = exact_integer(low_sum)  # words 0 and 1 of S + q·(2^96 − P), before the carries
     var middle = exact_integer(middle_sum)
     var q = exact_integer(estimate_sum) >> 32
     comptime complement = (UInt128(1) << UInt128(CRT_BITS)) - modulus_product[wide, moduli]()  # ≡ −P (mod 2^96)
@@ -825,17 +828,17 @@ comptime TWO_52 = Float64(1 << 52)  # a float64 of magnitude [2^52, 2^53) holds 
 
 @always_inline
 def exact_float64[w: SIMDLength, //](x: SIMD[DType.uint32, w]) -> SIMD[DType.float64, w]:
-    """x as a float64, exactly: the float64 whose high word is 2^52's and low word x (so 2^52 + x), less 2^52. On
-    an NVIDIA GPU the two words are joined by a move the compiler cannot read as a conversion (which it would make
-    an I2F.F64, a slow instruction), so that only the subtraction runs, on the FP64 pipe."""
-    comptime high_word = UInt32(bitcast[DType.uint64](TWO_52) >> 32)
-    var joined = SIMD[DType.float64, w](0)
-    comptime for j in range(w):
-        comptime if is_nvidia_gpu():
+    """x as a float64, exactly. On an NVIDIA GPU: the float64 whose high word is 2^52's and low word x (so 2^52 + x),
+    less 2^52, the two words joined by a move the compiler cannot read as a conversion (which it would make an
+    I2F.F64, a slow instruction), so that only the subtraction runs, on the FP64 pipe; elsewhere a conversion."""
+    comptime if is_nvidia_gpu():
+        comptime high_word = UInt32(bitcast[DType.uint64](TWO_52) >> 32)
+        var joined = SIMD[DType.float64, w](0)
+        comptime for j in range(w):
             joined[j] = inlined_assembly["mov.b64 $0, {$1, $2};", Float64, constraints="=d,r,r"](x[j], high_word)
-        else:
-            joined[j] = bitcast[DType.float64](UInt64(x[j]) | (UInt64(high_word) << 32))
-    return joined - TWO_52
+        return joined - TWO_52
+    else:
+        return x.cast[DType.float64]()
 
 
 @always_inline
@@ -1007,12 +1010,15 @@ def residue_product[moduli: Int, transpose_a: Bool, transpose_b: Bool, fused: Bo
         joined_planes[moduli, terms](dev, a_residues, a_exponents, partial, a, M, k, not transpose_a, bits)
     joined_planes[moduli, terms](dev, b_residues, b_exponents, partial, b, N, k, transpose_b, bits)
     comptime if HAS_ACCELERATOR:
-        comptime if fused:
+        comptime if fused and HAS_HOPPER:  # elsewhere the unfused form: the same bits
             if fused_pays(M, N, K, splits):
                 fused_products[moduli](dev, c, a_residues, b_residues, a_exponents, b_exponents, sums, M, N, K,
                                        bits, accumulate, fused_splits(M, N, K, splits))
                 return
-        plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
+        comptime if HAS_NVIDIA:
+            plane_products_on_tensor_cores(dev, sums, a_residues, b_residues, M, N, K, moduli)
+        else:
+            raise Error("gemm_exact: the residue form's plane products run on cuBLAS: not in this build")
     reconstruct[moduli, False](dev, c, sums, a_exponents, b_exponents, M, N, K, bits, accumulate)
 
 
@@ -1305,10 +1311,11 @@ struct FusedTile[columns: Int]:
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
     # Stages are copied `ahead` of their products, which run while the next stage is awaited. Narrow tiles refill
-    # late: the slot of the stage before, once every warpgroup has waited for its products (a second barrier a
-    # stage), so their ring holds ahead + 1 stages. Wide tiles refill the slot of the stage two before, right after
-    # the stage's barrier, so theirs holds ahead + 2. On the H200 refilling late won 8–9 % at the encoder's shapes on
-    # narrow tiles; on wide tiles (with 3 ahead) it lost 7 % at 8192³.
+    # late: the slot of the stage before, after a barrier that every warpgroup reaches once it has waited for that
+    # stage's products, so their ring holds ahead + 1 stages. Wide tiles refill the slot of the stage two before,
+    # after a barrier at the stage's start, so theirs holds ahead + 2. On the H200 (measured when every thread
+    # copied its pieces by cp.async) refilling late won 8–9 % at the encoder's shapes on narrow tiles; on wide tiles
+    # (with 3 ahead) it lost 7 % at 8192³.
     comptime refill_late = Self.columns == 128
     comptime ahead = 2
     comptime slots = Self.ahead + (1 if Self.refill_late else 2)  # stages in the ring: 96 KB a block, or 192 KB
@@ -1553,6 +1560,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     if tid == 0:
         comptime for slot in range(tile.slots):
             mbarrier_init(full.unsafe_offset(slot), 1)
+        fence_async_view_proxy()  # the initialised mbarriers visible to the tensor copies that complete them
     barrier()  # the mbarriers initialised before any thread waits on one
     var residues = residue_block[moduli, columns](args, task)
     var loads = StageLoads[columns](a_map, b_map, row0, column0, k_begin, k_end)
@@ -1762,9 +1770,9 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
 
 
 def ranged_together(K: Int, range_length: Int, gpu: Bool, fused: Bool) -> Bool:
-    """Whether the ranges of k run together, in one fused launch: on a GPU, in the fused form, for equal ranges of
-    whole stages."""
-    comptime if not HAS_ACCELERATOR:
+    """Whether the ranges of k run together, in one fused launch: on a Hopper GPU, in the fused form, for equal
+    ranges of whole stages."""
+    comptime if not HAS_HOPPER:
         return False
     return gpu and fused and K % range_length == 0 and range_length % FUSED_K == 0
 
@@ -1804,7 +1812,7 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
     var ranges = (K + range_length - 1) // range_length
     var partials = workspace
     if ranged_together(K, range_length, dev[].is_gpu(), fused):
-        comptime if HAS_ACCELERATOR and fused:
+        comptime if HAS_HOPPER and fused:
             if moduli_count(range_length) == 11:
                 partials = ranges_fused[11](dev, a, b, M, N, K, range_length, workspace, a_ready)
             else:

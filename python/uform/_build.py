@@ -54,6 +54,7 @@ def compiler_flags(target: str) -> list[str]:
         flags += ["-D", "UFORM_ACCELERATOR=0"]
     else:
         flags += [f"--target-accelerator={target}", "-D", "UFORM_ACCELERATOR=1"]
+        flags += ["-D", f"UFORM_NVIDIA={int(target.startswith('sm_'))}", "-D", f"UFORM_HOPPER={int(target.startswith('sm_90'))}"]
     return flags
 
 
