@@ -168,14 +168,16 @@ def launch_fast_attention[body: GpuTeamBody, registers: Int](dev: DevicePtr, n: 
     """A fast-mode attention kernel (GPU only: it raises on the CPU), the variant for the operands' head dimension,
     compiled to keep a thread within `registers` (attention_fast.blocks_per_sm)."""
     var head_dim = attention.Attention(args).head_dim
-    comptime if HAS_NVIDIA:  # its mma.sync shapes (m16n8k16) are NVIDIA's
+    comptime if HAS_ACCELERATOR and not HAS_NVIDIA:  # its mma.sync shapes (m16n8k16) are NVIDIA's
+        raise Error("fast attention: this build has no fast kernels")
+    else:
         comptime for i in range(len(attention_fast.HEAD_DIMS)):
             comptime D = attention_fast.HEAD_DIMS[i]
             if head_dim == D:
                 launch_gpu_teams[D, attention_fast.TEAM, attention_fast.blocks_per_sm[D](registers), body](dev, n,
                                                                                                            args)
                 return
-    raise Error("fast attention: head_dim ", head_dim, " has no fast kernel in this build")
+        raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
 @fieldwise_init
