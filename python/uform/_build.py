@@ -54,7 +54,8 @@ def compiler_flags(target: str) -> list[str]:
         flags += ["-D", "UFORM_ACCELERATOR=0"]
     else:
         flags += [f"--target-accelerator={target}", "-D", "UFORM_ACCELERATOR=1"]
-        flags += ["-D", f"UFORM_NVIDIA={int(target.startswith('sm_'))}", "-D", f"UFORM_HOPPER={int(target.startswith('sm_90'))}"]
+        nvidia, hopper = target.startswith("sm_"), target.startswith("sm_90")  # mojo/engine/target.mojo
+        flags += ["-D", f"UFORM_NVIDIA={int(nvidia)}", "-D", f"UFORM_HOPPER={int(hopper)}"]
     return flags
 
 
