@@ -44,7 +44,7 @@ from max.gpu.memory import (
 )
 from max.gpu.sync import mbarrier_arrive_expect_tx_shared, mbarrier_init
 from engine.reduction import row_stride
-from max.gpu.primitives.warp import shuffle_down, shuffle_xor
+from max.gpu.primitives.warp import shuffle_down, shuffle_idx, shuffle_xor
 from engine.numerics import CANONICAL_NAN
 from engine.target import HAS_ACCELERATOR, HAS_HOPPER, HAS_NVIDIA
 from kernels.gemm import transposed
@@ -1396,7 +1396,8 @@ struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
     k_begin to k_end, the moduli in turn, each stage copied by two TMA tensor copies (issued by thread 0) into its
     slot of the ring, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
     128·l + 16·(j XOR l mod 8)), completing the slot's mbarrier. The tensor maps (residue_map) fill lines past the
-    operand's rows (A) or columns (B), and k past the line, with zeros."""
+    operand's rows (A) or columns (B), and k past the line, with zeros. The stream's position is thread 0's alone
+    (the other threads only wait on the slots' mbarriers), so that their stage loop carries none of it."""
 
     var a_map: Int  # the addresses of the tensor maps of A's and B's planes (kernel parameters)
     var b_map: Int
@@ -1424,20 +1425,19 @@ struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
     def start_next[moduli: Int](mut self, shared: SharedBytes, full: BarrierPtr):
         """Start filling the next stage of the stream (nothing once it is done): thread 0 tells the slot's mbarrier
         to expect the stage's bytes and issues its two tensor copies, which complete that mbarrier's phase."""
-        if self.modulus < Int32(moduli):
-            if thread_idx.x == 0:
-                var stage = shared.unsafe_offset(Int(self.slot) * FusedTile[Self.columns].stage_bytes)
-                var landed = full.unsafe_offset(Int(self.slot))
-                mbarrier_arrive_expect_tx_shared(landed, Int32(FusedTile[Self.columns].stage_bytes))
-                cp_async_bulk_tensor_shared_cluster_global(
-                    stage, OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.a_map), landed,
-                    IndexList[3](Int(self.k), Int(self.row0), Int(self.modulus)),
-                )
-                cp_async_bulk_tensor_shared_cluster_global(
-                    stage.unsafe_offset(FUSED_ROWS * FUSED_K),
-                    OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.b_map), landed,
-                    IndexList[3](Int(self.k), Int(self.column0), Int(self.modulus)),
-                )
+        if thread_idx.x == 0 and self.modulus < Int32(moduli):
+            var stage = shared.unsafe_offset(Int(self.slot) * FusedTile[Self.columns].stage_bytes)
+            var landed = full.unsafe_offset(Int(self.slot))
+            mbarrier_arrive_expect_tx_shared(landed, Int32(FusedTile[Self.columns].stage_bytes))
+            cp_async_bulk_tensor_shared_cluster_global(
+                stage, OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.a_map), landed,
+                IndexList[3](Int(self.k), Int(self.row0), Int(self.modulus)),
+            )
+            cp_async_bulk_tensor_shared_cluster_global(
+                stage.unsafe_offset(FUSED_ROWS * FUSED_K),
+                OpaquePointer[mut=False, ImmutAnyOrigin](unsafe_from_address=self.b_map), landed,
+                IndexList[3](Int(self.k), Int(self.column0), Int(self.modulus)),
+            )
             self.k += FUSED_K
             if self.k >= self.k_end:
                 self.k = self.k_begin
@@ -1519,9 +1519,8 @@ def fold_sums[p: Int, columns: Int, first_chunk: Bool](
         words.unsafe_store(w * FUSED_TEAM + tid, bitcast[DType.uint32, 1](residues.cast[DType.uint8]()))
 
 
-comptime EXACT_FUSED = Interface(
-    "c a_residues b_residues a_exponents b_exponents residues", "m n k bits accumulate splits ranges", ""
-)
+comptime EXACT_FUSED = Interface("c a_exponents b_exponents residues", "m n k bits accumulate splits ranges", "")
+"""The fused kernel's operands; the residue planes reach it through its tensor maps (residue_map), not a slot."""
 
 
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
@@ -1554,7 +1553,9 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     var k_begin = task // tiles * per_split
     var k_end = min(line, k_begin + per_split)
     var tid = Int(thread_idx.x)
-    var warpgroup = tid // 128
+    # a warp's lane 0's, so that the compiler knows it uniform: the wgmma descriptors derived from it then stay in
+    # uniform registers instead of being moved there before every wgmma
+    var warpgroup = Int(shuffle_idx(Int32(tid // 128), 0))
     var shared = external_memory[Int8, address_space=AddressSpace.SHARED, alignment=1024]()
     var full = BarrierPtr(unsafe_from_address=Int(shared.unsafe_offset(tile.slots * tile.stage_bytes)))
     if tid == 0:
@@ -1569,15 +1570,16 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     # The wgmma descriptors of slot 0's lines (the warpgroup's rows of A, and B); slot s's lie s·stage_bytes further.
     var a_lines = swizzled_lines(shared.unsafe_offset(64 * warpgroup * FUSED_K))
     var b_lines = swizzled_lines(shared.unsafe_offset(FUSED_ROWS * FUSED_K))
-    var i = 0  # the chunk multiplied next: modulus i, k from k to chunk_end, its first stage in slot `slot`
-    var k = Int32(k_begin)  # 32-bit stream positions: fewer instructions a stage than Int's 64 bits
-    var slot = Int32(0)
+    var stages = Int32((k_end - k_begin + FUSED_K - 1) // FUSED_K)  # a modulus's stages
+    var i = 0  # the modulus multiplied next
+    var done = Int32(0)  # its stages multiplied so far (32-bit counters: fewer instructions a stage than Int's)
+    var slot = Int32(0)  # the slot of the stage multiplied next
     var phase = Int32(0)  # the parity of the phase of slot's mbarrier that its next stage completes
     while i < moduli:
-        var chunk_begin = k
-        var chunk_end = Int32(min(k_end, Int(k) + RESIDUE_CHUNK))
+        var chunk_stages = min(stages - done, Int32(RESIDUE_CHUNK // FUSED_K))
         var sums = SIMD[DType.uint32, tile.sums](0)
-        while k < chunk_end:
+        var stage = Int32(0)
+        while stage < chunk_stages:
             wait_landed(full.unsafe_offset(Int(slot)), phase)  # this stage's copies have landed
             comptime if not tile.refill_late:
                 barrier()  # every warpgroup done with the stage two before, whose slot the next copies refill
@@ -1588,7 +1590,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
             comptime if tile.refill_late:
                 barrier()  # every warpgroup done with the stage before, whose slot the next copies refill
                 loads.start_next[moduli](shared, full)
-            k += FUSED_K
+            stage += 1
             slot += 1
             if slot == Int32(tile.slots):
                 slot = 0
@@ -1597,12 +1599,13 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
         var words = U32Ptr(unsafe_from_address=residues + i * tile.outputs)
         comptime for j in range(moduli):
             if j == i:
-                if Int(chunk_begin) == k_begin:
+                if done == 0:
                     fold_sums[MODULI[j], columns, True](words, sums, tid)
                 else:
                     fold_sums[MODULI[j], columns, False](words, sums, tid)
-        if Int(k) >= k_end:
-            k = Int32(k_begin)
+        done += chunk_stages
+        if done == stages:
+            done = 0
             i += 1
     if args.flag(6):
         reconstruct_tile[moduli, columns](task % tiles, args, task // tiles)
@@ -1627,8 +1630,8 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var tid = Int(thread_idx.x)
     var lane = tid % 32
     var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
-    var a_exponents = args.i32(3).unsafe_offset(product * M)
-    var b_exponents = args.i32(4).unsafe_offset(product * N)
+    var a_exponents = args.i32(1).unsafe_offset(product * M)
+    var b_exponents = args.i32(2).unsafe_offset(product * N)
     var c = args.f32(0).unsafe_offset(product * M * N)
     # Each word's residue bytes and column exponents are loaded one word ahead, so that their latency (the
     # workspace is in L2) overlaps the reconstruction of the word before; a thread's two rows stay its own throughout.
@@ -1640,7 +1643,7 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
     var next_packed = packed_residues[moduli, columns](first_block, 0, tid)
     var next_f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
     for w in range(tile.words):
-        var residues = SIMD[DType.uint32, 64](0)  # add_residue_bytes' layout: two rows of two neighbouring outputs
+        var residues = SIMD[DType.uint32, 64](0)  # add_residue_bytes' layout: crt_value's for the word's 4 outputs
         add_residue_bytes[moduli](residues, next_packed)
         for split in range(product + 1, product + splits):
             var block = residue_block[moduli, columns](args, split * tiles + tile_index)
@@ -1649,27 +1652,26 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
         if w + 1 < tile.words:
             next_packed = packed_residues[moduli, columns](first_block, w + 1, tid)
             next_f = column_exponents(b_exponents, column0 + 8 * (w + 1) + 2 * (lane % 4), N)
-        # A row's two outputs reconstruct side by side (crt_value's lanes): two independent chains of multiply-adds
-        # instead of one, whose latency the few warps of a multiprocessor hide poorly.
-        comptime for half in range(2):
-            var m = row + 8 * half
-            var n = column0 + 8 * w + 2 * (lane % 4)
-            if m < M and n < N:
-                var e = SIMD[DType.int32, 2](row_e[half])
-                var value = crt_value[moduli, False, 2](residues.slice[32, offset=32 * half](), e, column_f,
-                                                        args.size(3))
-                comptime for j in range(2):
-                    if n + j < N:
-                        c.unsafe_store(m * N + n + j, finished(value.slice[1, offset=j](), c, m * N + n + j,
-                                                               e.slice[1, offset=j](), column_f.slice[1, offset=j](),
-                                                               args.flag(4)))
+        # The word's four outputs (two rows of two neighbouring columns) reconstruct side by side as crt_value's lanes:
+        # four independent chains of multiply-adds, whose latency the few warps of a multiprocessor hide poorly
+        # alone, and each constant weight moved into a register once for four outputs.
+        var e = SIMD[DType.int32, 4](row_e[0], row_e[0], row_e[1], row_e[1])
+        var f = SIMD[DType.int32, 4](column_f[0], column_f[1], column_f[0], column_f[1])
+        var value = crt_value[moduli, False, 4](residues, e, f, args.size(3))
+        var n = column0 + 8 * w + 2 * (lane % 4)
+        comptime for j in range(4):
+            var m = row + 8 * (j // 2)
+            if m < M and n + j % 2 < N:
+                var at = m * N + n + j % 2
+                c.unsafe_store(at, finished(value.slice[1, offset=j](), c, at, e.slice[1, offset=j](),
+                                            f.slice[1, offset=j](), args.flag(4)))
 
 
 @always_inline
 def residue_block[moduli: Int, columns: Int](args: Args, task: Int) -> Int:
     """Where the residue bytes of fused task `task` (split·tiles + tile, EXACT_FUSED's args) begin in the
     workspace: a byte an output of the tile for each modulus."""
-    return Int(args.addresses[5]) + task * moduli * FusedTile[columns].outputs
+    return Int(args.addresses[3]) + task * moduli * FusedTile[columns].outputs
 
 
 @always_inline
@@ -1685,12 +1687,11 @@ def packed_residues[moduli: Int, columns: Int](block: Int, w: Int, tid: Int) -> 
 
 @always_inline
 def add_residue_bytes[moduli: Int](mut residues: SIMD[DType.uint32, 64], packed: SIMD[DType.uint32, 16]):
-    """residues[32·(j ÷ 2) + 2i + j mod 2] += byte j of packed[i]: the residues of four outputs (packed_residues),
-    one split's, as two halves in crt_value's layout for two lanes (outputs j = 2h and 2h + 1 of half h: one row's
-    neighbouring columns)."""
+    """residues[4i + j] += byte j of packed[i]: the residues of four outputs (packed_residues), one split's, in
+    crt_value's layout for four lanes."""
     comptime for i in range(moduli):
         comptime for j in range(4):
-            residues[32 * (j // 2) + 2 * i + j % 2] += (packed[i] >> UInt32(8 * j)) & 0xFF
+            residues[4 * i + j] += (packed[i] >> UInt32(8 * j)) & 0xFF
 
 
 @always_inline
@@ -1728,11 +1729,9 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     `ranges` each is a product of its own); `residues` holds fused_scratch_bytes(M, N, K, moduli, splits)."""
     var args = Args.empty()  # EXACT_FUSED
     args.addresses[0] = Int64(Int(c))
-    args.addresses[1] = Int64(a_residues)
-    args.addresses[2] = Int64(b_residues)
-    args.addresses[3] = Int64(a_exponents)
-    args.addresses[4] = Int64(b_exponents)
-    args.addresses[5] = Int64(residues)
+    args.addresses[1] = Int64(a_exponents)
+    args.addresses[2] = Int64(b_exponents)
+    args.addresses[3] = Int64(residues)
     args.sizes[0] = Int64(M)
     args.sizes[1] = Int64(N)
     args.sizes[2] = Int64(K)
