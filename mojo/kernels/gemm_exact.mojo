@@ -1396,8 +1396,8 @@ struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
     k_begin to k_end, the moduli in turn, each stage copied by two TMA tensor copies (issued by thread 0) into its
     slot of the ring, in the K-major layout with 128-byte swizzling that wgmma reads (line l's 16-byte piece j at
     128·l + 16·(j XOR l mod 8)), completing the slot's mbarrier. The tensor maps (residue_map) fill lines past the
-    operand's rows (A) or columns (B), and k past the line, with zeros. The stream's position is thread 0's alone
-    (the other threads only wait on the slots' mbarriers), so that their stage loop carries none of it."""
+    operand's rows (A) or columns (B), and k past the line, with zeros. The stream's position is thread 0's alone:
+    the other threads only wait on the slots' mbarriers."""
 
     var a_map: Int  # the addresses of the tensor maps of A's and B's planes (kernel parameters)
     var b_map: Int
