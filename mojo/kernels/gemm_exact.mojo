@@ -1306,7 +1306,10 @@ comptime FUSED_K = 128  # k of a stage: one 128-byte line of the swizzled layout
 struct FusedTile[columns: Int]:
     """The fused kernel's geometry for tiles of 128 rows × `columns` columns: 256 (one block a multiprocessor,
     the most products per staged byte) or 128 (two blocks a multiprocessor, so that one block's folds and
-    reconstruction overlap the other's products)."""
+    reconstruction overlap the other's products). On the H200 (bench/RESULTS.md, 2026-11-30 23:25) this beat a
+    persistent "ping-pong" kernel (two groups of a block taking its tiles in turn through one ring: 23 % slower, a
+    lone group multiplying at about 60 % of two blocks' rate), persistent blocks (7-9 % slower) and tiles of 64 rows
+    at three or four blocks a multiprocessor (13-16 % slower)."""
 
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
