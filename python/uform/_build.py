@@ -54,7 +54,8 @@ def compiler_flags(target: str) -> list[str]:
         flags += ["-D", "UFORM_ACCELERATOR=0"]
     else:
         flags += [f"--target-accelerator={target}", "-D", "UFORM_ACCELERATOR=1"]
-        nvidia, hopper = target.startswith("sm_"), target.startswith("sm_90")  # mojo/engine/target.mojo
+        # mojo/engine/target.mojo; Hopper's warpgroup tensor cores and TMA are sm_90a's alone (not plain sm_90's)
+        nvidia, hopper = target.startswith("sm_"), target == "sm_90a"
         flags += ["-D", f"UFORM_NVIDIA={int(nvidia)}", "-D", f"UFORM_HOPPER={int(hopper)}"]
     return flags
 
