@@ -31,7 +31,7 @@ from std.collections import Array
 from std.sys import inlined_assembly, is_nvidia_gpu, llvm_intrinsic
 from std.utils import IndexList
 from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
-from engine.launch import (Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_gpu_mapped_teams,
+from engine.launch import (Args, DevicePtr, cpu_parallel_for, launch_elements, launch_gpu_mapped_teams,
                            launch_gpu_teams, launch_grouped, launch_index, launch_rows, launch_teams, sync)
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import (
@@ -89,25 +89,58 @@ def bits_per_side(K: Int) -> Int:
     var ceil_log2_k = 0 if K == 1 else 64 - Int(count_leading_zeros(UInt64(K - 1)))
     return (floor_log2_p - 1 - ceil_log2_k) // 2
 
-comptime EXACT_PREP = Interface("high low exponents x", "length line_stride element_stride bits", "")
+@fieldwise_init
+struct LimbPrep(ImplicitlyCopyable, Movable):
+    """exact_prep's operands: lines of x (line l's element i at x[l·line_stride + i·element_stride], i < length) cut
+    into the limbs high and low (length int32 a line each) of `bits`-bit fixed-point values, their exponents
+    (int32 a line)."""
+
+    var high: I32Ptr
+    var low: I32Ptr
+    var exponents: I32Ptr
+    var x: F32Ptr
+    var length: Int
+    var line_stride: Int
+    var element_stride: Int
+    var bits: Int
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.high = args.i32(0)
+        self.low = args.i32(1)
+        self.exponents = args.i32(2)
+        self.x = args.f32(3)
+        self.length = args.size(0)
+        self.line_stride = args.size(1)
+        self.element_stride = args.size(2)
+        self.bits = args.size(3)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.high))
+        args.addresses[1] = Int64(Int(self.low))
+        args.addresses[2] = Int64(Int(self.exponents))
+        args.addresses[3] = Int64(Int(self.x))
+        args.sizes[0] = Int64(self.length)
+        args.sizes[1] = Int64(self.line_stride)
+        args.sizes[2] = Int64(self.element_stride)
+        args.sizes[3] = Int64(self.bits)
+        return args
 
 
 def exact_prep(line: Int, args: Args):
-    """Line `line` of x (its elements at x[line·line_stride + i·element_stride], i < length): its exponent
-    e (0 for an all-zero line, NON_FINITE for one that holds an infinity or a NaN) and high[line·length + i],
-    low[...] = the limbs of trunc(x_i·2^(bits − e))."""
-    var high = args.i32(0).unsafe_offset(line * args.size(0))
-    var low = args.i32(1).unsafe_offset(line * args.size(0))
-    var x = args.f32(3).unsafe_offset(line * args.size(1))
-    var length = args.size(0)
-    var step = args.size(2)
-    var bits = args.size(3)
-    var e = line_exponent(x, length, step)
-    args.i32(2).unsafe_store(line, e)
+    """Line `line` of x (LimbPrep): its exponent e (0 for an all-zero line, NON_FINITE for one that holds an
+    infinity or a NaN) and high[line·length + i], low[...] = the limbs of trunc(x_i·2^(bits − e))."""
+    var prep = LimbPrep(args)
+    var high = prep.high.unsafe_offset(line * prep.length)
+    var low = prep.low.unsafe_offset(line * prep.length)
+    var x = prep.x.unsafe_offset(line * prep.line_stride)
+    var e = line_exponent(x, prep.length, prep.element_stride)
+    prep.exponents.unsafe_store(line, e)
     if e == NON_FINITE:
         return
-    for i in range(length):
-        var fixed = fixed_point(x.unsafe_load(i * step), bits, Int(e))
+    for i in range(prep.length):
+        var fixed = fixed_point(x.unsafe_load(i * prep.element_stride), prep.bits, Int(e))
         high.unsafe_store(i, Int32(fixed >> Int64(LIMB)))
         low.unsafe_store(i, Int32(fixed & Int64((1 << LIMB) - 1)))
 
@@ -163,27 +196,71 @@ def significand_bits(magnitude: UInt32) -> Int:
     return 32 - Int(count_leading_zeros(significand(magnitude)))
 
 
-comptime EXACT_PRODUCTS = Interface("c a_high a_low b_high b_low a_exponents b_exponents", "n k bits accumulate", "")
+@fieldwise_init
+struct LimbProducts(ImplicitlyCopyable, Movable):
+    """exact_products' operands: C (m × n float32) from the limbs of A's rows and B's columns (exact_prep's, k each)
+    and their exponents, with `bits` bits a side; `accumulate` adds C's values."""
+
+    var c: F32Ptr
+    var a_high: I32Ptr
+    var a_low: I32Ptr
+    var b_high: I32Ptr
+    var b_low: I32Ptr
+    var a_exponents: I32Ptr
+    var b_exponents: I32Ptr
+    var n: Int
+    var k: Int
+    var bits: Int
+    var accumulate: Bool
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.c = args.f32(0)
+        self.a_high = args.i32(1)
+        self.a_low = args.i32(2)
+        self.b_high = args.i32(3)
+        self.b_low = args.i32(4)
+        self.a_exponents = args.i32(5)
+        self.b_exponents = args.i32(6)
+        self.n = args.size(0)
+        self.k = args.size(1)
+        self.bits = args.size(2)
+        self.accumulate = args.flag(3)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.c))
+        args.addresses[1] = Int64(Int(self.a_high))
+        args.addresses[2] = Int64(Int(self.a_low))
+        args.addresses[3] = Int64(Int(self.b_high))
+        args.addresses[4] = Int64(Int(self.b_low))
+        args.addresses[5] = Int64(Int(self.a_exponents))
+        args.addresses[6] = Int64(Int(self.b_exponents))
+        args.sizes[0] = Int64(self.n)
+        args.sizes[1] = Int64(self.k)
+        args.sizes[2] = Int64(self.bits)
+        args.sizes[3] = Int64(1 if self.accumulate else 0)
+        return args
 
 
 def exact_products(task: Int, args: Args):
     """Output (m, n) = (task // n, task % n): Σ_k A'[m, k]·B'[k, n] exactly from the limbs (A' rows and B'
     columns each k contiguous), then one rounding, plus C0 when accumulating; NaN for a non-finite line."""
-    var N = args.size(0)
-    var K = args.size(1)
-    var bits = args.size(2)
+    var products = LimbProducts(args)
+    var N = products.n
+    var K = products.k
     var row = task // N
     var column = task % N
-    var c = args.f32(0)
-    var e = args.i32(5).unsafe_load(row)
-    var f = args.i32(6).unsafe_load(column)
+    var c = products.c
+    var e = products.a_exponents.unsafe_load(row)
+    var f = products.b_exponents.unsafe_load(column)
     if e == NON_FINITE or f == NON_FINITE:
         c.unsafe_store(task, bitcast[DType.float32](CANONICAL_NAN))
         return
-    var a1 = args.i32(1).unsafe_offset(row * K)
-    var a0 = args.i32(2).unsafe_offset(row * K)
-    var b1 = args.i32(3).unsafe_offset(column * K)
-    var b0 = args.i32(4).unsafe_offset(column * K)
+    var a1 = products.a_high.unsafe_offset(row * K)
+    var a0 = products.a_low.unsafe_offset(row * K)
+    var b1 = products.b_high.unsafe_offset(column * K)
+    var b0 = products.b_low.unsafe_offset(column * K)
     var highs = Int64(0)
     var middles = Int64(0)
     var lows = Int64(0)
@@ -196,8 +273,8 @@ def exact_products(task: Int, args: Args):
         middles += ah * bl + al * bh
         lows += al * bl
     var total = (Int128(highs) << Int128(2 * LIMB)) + (Int128(middles) << Int128(LIMB)) + Int128(lows)
-    var value = rounded(total, 2 * bits - Int(e) - Int(f))
-    if args.flag(3):
+    var value = rounded(total, 2 * products.bits - Int(e) - Int(f))
+    if products.accumulate:
         value = c.unsafe_load(task) + value
     c.unsafe_store(task, value)
 
@@ -246,16 +323,8 @@ def rounded(x: Int128, shift: Int) -> Float32:
 
 def prep_line(dev: DevicePtr, high: Int, low: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int,
               line_stride: Int, element_stride: Int, bits: Int) raises:
-    var args = Args.empty()  # EXACT_PREP
-    args.addresses[0] = Int64(high)
-    args.addresses[1] = Int64(low)
-    args.addresses[2] = Int64(exponents)
-    args.addresses[3] = Int64(Int(x))
-    args.sizes[0] = Int64(length)
-    args.sizes[1] = Int64(line_stride)
-    args.sizes[2] = Int64(element_stride)
-    args.sizes[3] = Int64(bits)
-    launch_index[exact_prep](dev, lines, args)
+    var prep = LimbPrep(i32_at(high), i32_at(low), i32_at(exponents), x, length, line_stride, element_stride, bits)
+    launch_index[exact_prep](dev, lines, prep.args())
 
 
 def workspace_bytes(M: Int, N: Int, K: Int) -> Int:
@@ -279,19 +348,9 @@ def gemm_exact_on[transpose_a: Bool, transpose_b: Bool](
     # A's rows: a(m, k) at m·K + k, or k·M + m stored transposed; B's columns: b(k, n) at k·N + n, or n·K + k.
     prep_line(dev, a_high, a_low, a_exponents, a, M, K, 1 if transpose_a else K, M if transpose_a else 1, bits)
     prep_line(dev, b_high, b_low, b_exponents, b, N, K, K if transpose_b else 1, 1 if transpose_b else N, bits)
-    var args = Args.empty()  # EXACT_PRODUCTS
-    args.addresses[0] = Int64(Int(c))
-    args.addresses[1] = Int64(a_high)
-    args.addresses[2] = Int64(a_low)
-    args.addresses[3] = Int64(b_high)
-    args.addresses[4] = Int64(b_low)
-    args.addresses[5] = Int64(a_exponents)
-    args.addresses[6] = Int64(b_exponents)
-    args.sizes[0] = Int64(N)
-    args.sizes[1] = Int64(K)
-    args.sizes[2] = Int64(bits)
-    args.sizes[3] = Int64(1 if accumulate else 0)
-    launch_index[exact_products](dev, M * N, args)
+    var products = LimbProducts(c, i32_at(a_high), i32_at(a_low), i32_at(b_high), i32_at(b_low), i32_at(a_exponents),
+                                i32_at(b_exponents), N, K, bits, accumulate)
+    launch_index[exact_products](dev, M * N, products.args())
 
 
 # ---- the residue form: residues modulo coprime moduli, then the Chinese remainder theorem --------------------
@@ -335,7 +394,6 @@ def inverse_mod(a: Int, p: Int) -> Int:
 
 
 comptime I8Ptr = Pointer[Int8, MutUntrackedOrigin]
-comptime LINE_EXPONENTS = Interface("exponents x", "length line_stride element_stride magnitudes", "")
 comptime EXPONENT_READS = 8  # loads largest_magnitude keeps in flight a thread
 
 
@@ -355,22 +413,90 @@ def largest_magnitude(x: F32Ptr, begin: Int, end: Int, stride: Int, step: Int) -
     return maxima.reduce_max()
 
 
+@fieldwise_init
+struct LineExponents(ImplicitlyCopyable, Movable):
+    """line_exponents' operands: the exponents (int32 a line) of lines of x, laid out as LimbPrep's; with
+    `magnitudes`, the bits of each line's largest magnitude instead."""
+
+    var exponents: I32Ptr
+    var x: F32Ptr
+    var length: Int
+    var line_stride: Int
+    var element_stride: Int
+    var magnitudes: Bool
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.exponents = args.i32(0)
+        self.x = args.f32(1)
+        self.length = args.size(0)
+        self.line_stride = args.size(1)
+        self.element_stride = args.size(2)
+        self.magnitudes = args.flag(3)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.exponents))
+        args.addresses[1] = Int64(Int(self.x))
+        args.sizes[0] = Int64(self.length)
+        args.sizes[1] = Int64(self.line_stride)
+        args.sizes[2] = Int64(self.element_stride)
+        args.sizes[3] = Int64(1 if self.magnitudes else 0)
+        return args
+
+
 def line_exponents[warp: Bool](line: Int, lane: Int, args: Args):
-    """exponents[line] = e of line `line` of x (as exact_prep takes it), as line_exponent finds it: taken by one
-    caller, or by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by
-    shuffles (a maximum of bit patterns, so any order gives the same e). With `magnitudes`, the bits of the line's
-    largest magnitude instead (joined_line_exponents)."""
-    var x = args.f32(1).unsafe_offset(line * args.size(1))
-    var largest = largest_magnitude(x, lane, args.size(0), row_stride[warp](), args.size(2))
+    """exponents[line] = e of line `line` of x (LineExponents), as line_exponent finds it: taken by one caller, or
+    by a GPU warp whose thread `lane` reads elements lane, lane + 32, … and whose lanes then meet by shuffles (a
+    maximum of bit patterns, so any order gives the same e). With `magnitudes`, the bits of the line's largest
+    magnitude instead (joined_line_exponents)."""
+    var lines = LineExponents(args)
+    var x = lines.x.unsafe_offset(line * lines.line_stride)
+    var largest = largest_magnitude(x, lane, lines.length, row_stride[warp](), lines.element_stride)
     comptime if warp:
         comptime for level in range(5):
             largest = max(largest, shuffle_down(largest, UInt32(16 >> level)))
     if lane == 0:
-        args.i32(0).unsafe_store(line, Int32(largest) if args.flag(3) else exponent_of_largest(largest))
+        lines.exponents.unsafe_store(line, Int32(largest) if lines.magnitudes else exponent_of_largest(largest))
 
 
 comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
-comptime PARTIAL_MAXIMA = Interface("partial x", "length line_stride element_stride lines ranges per_range", "")
+@fieldwise_init
+struct PartialMaxima(ImplicitlyCopyable, Movable):
+    """partial_maxima's operands: the bits of the largest magnitudes (int32) of blocks of EXPONENT_BLOCK k of `lines`
+    lines of x, laid out as LimbPrep's; with k cut into `ranges` equal ranges of per_range blocks, in ranges."""
+
+    var partial: I32Ptr
+    var x: F32Ptr
+    var length: Int
+    var line_stride: Int
+    var element_stride: Int
+    var lines: Int
+    var ranges: Int
+    var per_range: Int
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.partial = args.i32(0)
+        self.x = args.f32(1)
+        self.length = args.size(0)
+        self.line_stride = args.size(1)
+        self.element_stride = args.size(2)
+        self.lines = args.size(3)
+        self.ranges = args.size(4)
+        self.per_range = args.size(5)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.partial))
+        args.addresses[1] = Int64(Int(self.x))
+        args.sizes[0] = Int64(self.length)
+        args.sizes[1] = Int64(self.line_stride)
+        args.sizes[2] = Int64(self.element_stride)
+        args.sizes[3] = Int64(self.lines)
+        args.sizes[4] = Int64(self.ranges)
+        args.sizes[5] = Int64(self.per_range)
+        return args
 
 
 def partial_maxima(task: Int, args: Args):
@@ -380,34 +506,94 @@ def partial_maxima(task: Int, args: Args):
     stores them at partial[task]; or, with k cut into equal ranges of per_range blocks, block j of range r at
     partial[(j·ranges + r)·lines + line], so that range r's maxima of a line lie ranges·lines apart from r·lines +
     line on (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
-    var length = args.size(0)
-    var step = args.size(2)
-    var lines = args.size(3)
-    var per_range = args.size(5)
+    var maxima = PartialMaxima(args)
+    var lines = maxima.lines
+    var per_range = maxima.per_range
     var line = task % lines
     var b = task // lines
     var first = b * EXPONENT_BLOCK
-    var x = args.f32(1).unsafe_offset(line * args.size(1))
+    var x = maxima.x.unsafe_offset(line * maxima.line_stride)
     var index = task
     if per_range > 0:
-        var ranges = args.size(4)
-        index = (b % per_range * ranges + b // per_range) * lines + line
-    args.i32(0).unsafe_store(index, Int32(largest_magnitude(x, first, min(length, first + EXPONENT_BLOCK), 1, step)))
+        index = (b % per_range * maxima.ranges + b // per_range) * lines + line
+    var end = min(maxima.length, first + EXPONENT_BLOCK)
+    maxima.partial.unsafe_store(index, Int32(largest_magnitude(x, first, end, 1, maxima.element_stride)))
 
 
 comptime RESIDUE_GROUP = 16  # k values a residue task converts: one 16-byte store per modulus
-comptime EXACT_RESIDUES = Interface(
-    "residues exponents x", "length line_stride element_stride bits lines range_length plane_line k_offset", ""
-)
+@fieldwise_init
+struct ResiduePlanes(ImplicitlyCopyable, Movable):
+    """The residue passes' operands (exact_residues, exact_line_planes, exact_residues_across): `lines` lines of x,
+    laid out as LimbPrep's, cut with their exponents (int32 a line, or with k cut into ranges of range_length a
+    range of a line: exponent_at) into `bits`-bit fixed-point values, whose int8 residues go to `residues` (line l's
+    residues modulo MODULI[i] at k_offset of line i·lines + l of plane_line bytes)."""
 
+    var residues: I8Ptr
+    var exponents: I32Ptr
+    var x: F32Ptr
+    var length: Int
+    var line_stride: Int
+    var element_stride: Int
+    var bits: Int
+    var lines: Int
+    var range_length: Int
+    var plane_line: Int
+    var k_offset: Int
 
-@always_inline
-def exponent_at(args: Args, line: Int, k: Int) -> Int32:
-    """The exponent that element k of line `line` is cut with (EXACT_RESIDUES' args): the line's, or with k cut into
-    ranges of range_length (a product per range) its range's, at exponents[range·lines + line]."""
-    var range_length = args.size(5)
-    var index = line if range_length == 0 else k // range_length * args.size(4) + line
-    return args.i32(1).unsafe_load(index)
+    @always_inline
+    def __init__(out self, args: Args):
+        self.residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
+        self.exponents = args.i32(1)
+        self.x = args.f32(2)
+        self.length = args.size(0)
+        self.line_stride = args.size(1)
+        self.element_stride = args.size(2)
+        self.bits = args.size(3)
+        self.lines = args.size(4)
+        self.range_length = args.size(5)
+        self.plane_line = args.size(6)
+        self.k_offset = args.size(7)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.residues))
+        args.addresses[1] = Int64(Int(self.exponents))
+        args.addresses[2] = Int64(Int(self.x))
+        args.sizes[0] = Int64(self.length)
+        args.sizes[1] = Int64(self.line_stride)
+        args.sizes[2] = Int64(self.element_stride)
+        args.sizes[3] = Int64(self.bits)
+        args.sizes[4] = Int64(self.lines)
+        args.sizes[5] = Int64(self.range_length)
+        args.sizes[6] = Int64(self.plane_line)
+        args.sizes[7] = Int64(self.k_offset)
+        return args
+
+    @always_inline
+    def line(self, line: Int) -> F32Ptr:
+        """Where line `line` of x begins."""
+        return self.x.unsafe_offset(line * self.line_stride)
+
+    @always_inline
+    def exponent_at(self, line: Int, k: Int) -> Int32:
+        """The exponent that element k of line `line` is cut with: the line's, or with k cut into ranges of
+        range_length (a product per range) its range's, at exponents[range·lines + line]."""
+        var index = line if self.range_length == 0 else k // self.range_length * self.lines + line
+        return self.exponents.unsafe_load(index)
+
+    @always_inline
+    def residue_line(self, i: Int, line: Int) -> I8Ptr:
+        """Where the residues of line `line` modulo MODULI[i] begin (k_offset, then k)."""
+        return self.residues.unsafe_offset((i * self.lines + line) * self.plane_line + self.k_offset)
+
+    @always_inline
+    def store_residues[moduli: Int](self, line: Int, first: Int, group: FixedGroup):
+        """The symmetric residues of a group of fixed-point values (k [first, first + 16) of line `line`) modulo
+        each of the first `moduli` MODULI into their planes."""
+        comptime for i in range(moduli):
+            self.residue_line(i, line).unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                first, group.residues[MODULI[i]]()
+            )
 
 
 @always_inline
@@ -517,27 +703,13 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     residues[(i·lines + line)·plane_line + k_offset + k] (int8; the padding, and every residue of a non-finite
     line, zero), so a line's groups lie side by side (plane_line: padded(length), or longer where the line is one
     part of a concatenated k, which starts at k_offset: gemm_exact_summed_on)."""
-    var length = args.size(0)
-    var bits = args.size(3)
-    var lines = args.size(4)
-    var groups = padded(length) // RESIDUE_GROUP
+    var planes = ResiduePlanes(args)
+    var groups = padded(planes.length) // RESIDUE_GROUP
     # a 32-bit division where the index allows it: a GPU emulates the 64-bit one in ~70 instructions
     var line = Int(UInt32(task) // UInt32(groups)) if task < (1 << 31) else task // groups
     var first = (task - line * groups) * RESIDUE_GROUP
-    var e = exponent_at(args, line, first)
-    store_residues[moduli](args, line, first, fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), 1, length,
-                                                          first, bits, e))
-
-
-@always_inline
-def store_residues[moduli: Int](args: Args, line: Int, first: Int, group: FixedGroup):
-    """The symmetric residues of a group of fixed-point values (k [first, first + 16) of line `line`) modulo each of
-    the first `moduli` MODULI into their planes (EXACT_RESIDUES' args; exact_residues says where)."""
-    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
-    comptime for i in range(moduli):
-        residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-            (i * args.size(4) + line) * args.size(6) + args.size(7) + first, group.residues[MODULI[i]]()
-        )
+    var e = planes.exponent_at(line, first)
+    planes.store_residues[moduli](line, first, fixed_group(planes.line(line), 1, planes.length, first, planes.bits, e))
 
 
 comptime LINE_LANES = 16  # GPU threads that share a line in exact_line_planes: a half-warp (a line of 768 is 48
@@ -549,15 +721,16 @@ comptime LINE_PLANES_MIN_LINES = 8192  # the fewest lines that take exact_line_p
 
 def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args):
     """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1, no
-    k ranges, a k_offset of 0; EXACT_RESIDUES' args): `lanes` threads take the line (LINE_LANES on a GPU, a
+    k ranges, a k_offset of 0; ResiduePlanes): `lanes` threads take the line (LINE_LANES on a GPU, a
     half-warp; 1 on the CPU, where launch_grouped needs a body but no product calls it: the CPU's exact GEMM cuts
     its own planes, wide_planes), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude
     (shuffled among the 16 lanes: a maximum of bit patterns, so any order gives line_exponents' bits), store its
     exponent at exponents[line], then read their groups again (from the caches now) and store their residues. One
     read of the line from memory instead of two (the exponents' kernel's and the residues')."""
     comptime assert lanes == 1 or lanes == LINE_LANES, "a line is a half-warp's or one caller's"
-    var length = args.size(0)
-    var x = args.f32(2).unsafe_offset(line * args.size(1))
+    var planes = ResiduePlanes(args)
+    var length = planes.length
+    var x = planes.line(line)
     var groups = padded(length) // RESIDUE_GROUP
     var largest = UInt32(0)
     for g in range(lane, groups, lanes):
@@ -571,10 +744,10 @@ def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args)
             largest = max(largest, shuffle_xor(largest, UInt32(LINE_LANES >> (level + 1))))
     var e = exponent_of_largest(largest)
     if lane == 0:
-        args.i32(1).unsafe_store(line, e)
+        planes.exponents.unsafe_store(line, e)
     for g in range(lane, groups, lanes):
-        store_residues[moduli](args, line, g * RESIDUE_GROUP, fixed_group(x, 1, length, g * RESIDUE_GROUP,
-                                                                          args.size(3), e))
+        planes.store_residues[moduli](line, g * RESIDUE_GROUP, fixed_group(x, 1, length, g * RESIDUE_GROUP,
+                                                                           planes.bits, e))
 
 
 def whole_line_planes[moduli: Int](line: Int, args: Args):
@@ -604,11 +777,9 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
     floats at once, into the scratch (each modulus a plane of 32 rows of TILE_ROW bytes, padded so that 8
     neighbouring rows' 16-byte stores hit different banks); after the barrier thread t stores 16 bytes of row
     t ÷ 4 at group t mod 4 of each plane, so 4 threads write 64 contiguous bytes of a line."""
-    var length = args.size(0)
-    var step = args.size(2)
-    var bits = args.size(3)
-    var lines = args.size(4)
-    var groups = padded(length) // RESIDUE_GROUP
+    var planes = ResiduePlanes(args)
+    var lines = planes.lines
+    var groups = padded(planes.length) // RESIDUE_GROUP
     var line_tiles = (lines + TILE_LINES - 1) // TILE_LINES
     var first_line = task % line_tiles * TILE_LINES
     var first_group = task // line_tiles * TILE_GROUPS
@@ -618,16 +789,15 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
         var line = first_line + thread % TILE_LINES
         var g = first_group + thread // TILE_LINES
         if line < lines and g < groups:
-            var e = exponent_at(args, line, g * RESIDUE_GROUP)
-            var group = fixed_group(args.f32(2).unsafe_offset(line * args.size(1)), step, length, g * RESIDUE_GROUP,
-                                    bits, e)
+            var e = planes.exponent_at(line, g * RESIDUE_GROUP)
+            var group = fixed_group(planes.line(line), planes.element_stride, planes.length, g * RESIDUE_GROUP,
+                                    planes.bits, e)
             var at = thread % TILE_LINES * TILE_ROW + thread // TILE_LINES * RESIDUE_GROUP
             comptime for i in range(moduli):
                 rows.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
                     i * TILE_LINES * TILE_ROW + at, group.residues[MODULI[i]]()
                 )
     sync[played]()
-    var residues = I8Ptr(unsafe_from_address=Int(args.addresses[0]))
     for p in range(played):
         var thread = first + p
         var row = thread // TILE_GROUPS
@@ -638,12 +808,51 @@ def exact_residues_across[moduli: Int, played: Int, space: AddressSpace](
                 var values = rows.unsafe_load[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
                     i * TILE_LINES * TILE_ROW + row * TILE_ROW + thread % TILE_GROUPS * RESIDUE_GROUP
                 )
-                residues.unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
-                    (i * lines + line) * args.size(6) + args.size(7) + g * RESIDUE_GROUP, values
+                planes.residue_line(i, line).unsafe_store[width=RESIDUE_GROUP, alignment=RESIDUE_GROUP](
+                    g * RESIDUE_GROUP, values
                 )
 
 
-comptime CRT_ROUND = Interface("c sums a_exponents b_exponents", "m n k bits accumulate", "")
+@fieldwise_init
+struct CrtRound(ImplicitlyCopyable, Movable):
+    """crt_round's operands: C (m × n float32) from the plane products' int32 sums (a plane of m·n a modulus and
+    chunk of k) and the exponents of A's rows and B's columns, with `bits` bits a side; `accumulate` adds C's
+    values."""
+
+    var c: F32Ptr
+    var sums: I32Ptr
+    var a_exponents: I32Ptr
+    var b_exponents: I32Ptr
+    var m: Int
+    var n: Int
+    var k: Int
+    var bits: Int
+    var accumulate: Bool
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.c = args.f32(0)
+        self.sums = args.i32(1)
+        self.a_exponents = args.i32(2)
+        self.b_exponents = args.i32(3)
+        self.m = args.size(0)
+        self.n = args.size(1)
+        self.k = args.size(2)
+        self.bits = args.size(3)
+        self.accumulate = args.flag(4)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.c))
+        args.addresses[1] = Int64(Int(self.sums))
+        args.addresses[2] = Int64(Int(self.a_exponents))
+        args.addresses[3] = Int64(Int(self.b_exponents))
+        args.sizes[0] = Int64(self.m)
+        args.sizes[1] = Int64(self.n)
+        args.sizes[2] = Int64(self.k)
+        args.sizes[3] = Int64(self.bits)
+        args.sizes[4] = Int64(1 if self.accumulate else 0)
+        return args
 
 
 def modulus[wide: Bool, i: Int]() -> Int:
@@ -700,11 +909,11 @@ def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
     chunks (0 ≤ r_i < 16·512 = 2^13); on the CPU (`wide`: the WIDE_MODULI, wide_rows) the plane product's sum, a
     value below 2^25 congruent to X, reduced (0 ≤ r_i < p_i < 2^12). All sums of one chunk are loaded at once
     (they are independent)."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var K = args.size(2)
-    var chunks = 1 if wide else (K + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
-    var sums = args.i32(1).unsafe_offset(output)
+    var crt = CrtRound(args)
+    var M = crt.m
+    var N = crt.n
+    var chunks = 1 if wide else (crt.k + RESIDUE_CHUNK - 1) // RESIDUE_CHUNK
+    var sums = crt.sums.unsafe_offset(output)
     var residues = SIMD[DType.uint32, 16 * w](0)  # residue i of lane j at i·w + j
     for chunk in range(chunks):
         comptime for i in range(moduli):
@@ -725,9 +934,9 @@ def crt_round[moduli: Int, wide: Bool, w: SIMDLength](output: Int, args: Args):
             if column == N:
                 column = 0
                 row += 1
-        e[j] = args.i32(2).unsafe_load(row)
-        f[j] = args.i32(3).unsafe_load(column)
-    crt_store[moduli, wide, w](args.f32(0), output, residues, e, f, args.size(3), args.flag(4))
+        e[j] = crt.a_exponents.unsafe_load(row)
+        f[j] = crt.b_exponents.unsafe_load(column)
+    crt_store[moduli, wide, w](crt.c, output, residues, e, f, crt.bits, crt.accumulate)
 
 
 @always_inline
@@ -1113,17 +1322,8 @@ def reconstruct[moduli: Int, wide: Bool](
     accumulate: Bool,
 ) raises:
     """C from the plane products' sums: crt_round over every output."""
-    var crt = Args.empty()  # CRT_ROUND
-    crt.addresses[0] = Int64(Int(c))
-    crt.addresses[1] = Int64(sums)
-    crt.addresses[2] = Int64(a_exponents)
-    crt.addresses[3] = Int64(b_exponents)
-    crt.sizes[0] = Int64(M)
-    crt.sizes[1] = Int64(N)
-    crt.sizes[2] = Int64(K)
-    crt.sizes[3] = Int64(bits)
-    crt.sizes[4] = Int64(1 if accumulate else 0)
-    launch_elements[crt_round[moduli, wide, ...], gpu_lanes=1](dev, M * N, crt)  # 4 a GPU thread: 19 % slower
+    var crt = CrtRound(c, i32_at(sums), i32_at(a_exponents), i32_at(b_exponents), M, N, K, bits, accumulate)
+    launch_elements[crt_round[moduli, wide, ...], gpu_lanes=1](dev, M * N, crt.args())  # 4 a GPU thread: 19 % slower
 
 
 def residue_planes[moduli: Int](
@@ -1136,10 +1336,10 @@ def residue_planes[moduli: Int](
     k is cut with its own exponents (exponent_at). Enough contiguous lines without ranges take both steps in one
     kernel, which reads each line from memory once (exact_line_planes, LINE_PLANES_MIN_LINES)."""
     if element_stride == 1 and range_length == 0 and lines >= LINE_PLANES_MIN_LINES:
-        var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, 0,
-                                  padded(length), 0)
+        var planes = ResiduePlanes(I8Ptr(unsafe_from_address=residues), i32_at(exponents), x, length, line_stride,
+                                   element_stride, bits, lines, 0, padded(length), 0)
         launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES], whole_line_planes[moduli]](dev, lines,
-                                                                                                   planes)
+                                                                                                   planes.args())
         return
     line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
     line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
@@ -1152,8 +1352,8 @@ def line_residues[moduli: Int](
 ) raises:
     """residue_planes' second step, the lines' exponents found: each line's residues at k_offset of its line of
     plane_line bytes in each plane (exact_residues, exact_residues_across)."""
-    var planes = residue_args(residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
-                              plane_line, k_offset)
+    var planes = ResiduePlanes(I8Ptr(unsafe_from_address=residues), i32_at(exponents), x, length, line_stride,
+                               element_stride, bits, lines, range_length, plane_line, k_offset).args()
     var groups = padded(length) // RESIDUE_GROUP
     if element_stride == 1:
         launch_index[exact_residues[moduli]](dev, lines * groups, planes)
@@ -1162,26 +1362,6 @@ def line_residues[moduli: Int](
         launch_teams[moduli, TILE_TEAM, tile_scratch_floats(moduli), exact_residues_across, TILE_TEAMS_PER_SM](
             dev, tiles, planes
         )
-
-
-def residue_args(
-    residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
-    bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
-) -> Args:
-    """EXACT_RESIDUES' args."""
-    var planes = Args.empty()
-    planes.addresses[0] = Int64(residues)
-    planes.addresses[1] = Int64(exponents)
-    planes.addresses[2] = Int64(Int(x))
-    planes.sizes[0] = Int64(length)
-    planes.sizes[1] = Int64(line_stride)
-    planes.sizes[2] = Int64(element_stride)
-    planes.sizes[3] = Int64(bits)
-    planes.sizes[4] = Int64(lines)
-    planes.sizes[5] = Int64(range_length)
-    planes.sizes[6] = Int64(plane_line)
-    planes.sizes[7] = Int64(k_offset)
-    return planes
 
 
 def line_exponents_on(
@@ -1214,26 +1394,15 @@ def contiguous_line_exponents(
 ) raises:
     """line_exponents over lines whose elements are contiguous, a GPU warp a line: exponents[line] = each line's e,
     or with `magnitudes` the bits of its largest magnitude."""
-    var args = Args.empty()  # LINE_EXPONENTS
-    args.addresses[0] = Int64(exponents)
-    args.addresses[1] = Int64(Int(x))
-    args.sizes[0] = Int64(length)
-    args.sizes[1] = Int64(line_stride)
-    args.sizes[2] = Int64(1)
-    args.sizes[3] = Int64(1 if magnitudes else 0)
-    launch_rows[line_exponents](dev, lines, args)
+    var exponents_of_lines = LineExponents(i32_at(exponents), x, length, line_stride, 1, magnitudes)
+    launch_rows[line_exponents](dev, lines, exponents_of_lines.args())
 
 
 def exponents_of_maxima(dev: DevicePtr, exponents: Int, partial: Int, lines: Int, per_line: Int, apart: Int) raises:
     """exponents[line] = e of each line from its `per_line` largest magnitudes' bits in `partial`, those of line l at
     partial[l + j·apart] (line_exponents over them: a maximum of bit patterns)."""
-    var maxima = Args.empty()  # LINE_EXPONENTS
-    maxima.addresses[0] = Int64(exponents)
-    maxima.addresses[1] = Int64(partial)
-    maxima.sizes[0] = Int64(per_line)
-    maxima.sizes[1] = Int64(1)
-    maxima.sizes[2] = Int64(apart)
-    launch_rows[line_exponents](dev, lines, maxima)
+    var maxima = LineExponents(i32_at(exponents), f32_at(partial), per_line, 1, apart, False)
+    launch_rows[line_exponents](dev, lines, maxima.args())
 
 
 def partial_maxima_on(
@@ -1243,16 +1412,9 @@ def partial_maxima_on(
     """partial[b·lines + line] = the bits of line `line`'s largest magnitude over k [64b, 64(b + 1)) (EXPONENT_BLOCK),
     or with per_range > 0 in partial_maxima's layout of k ranges; answers the number of blocks."""
     var blocks = exponent_blocks(length)
-    var args = Args.empty()  # PARTIAL_MAXIMA
-    args.addresses[0] = Int64(partial)
-    args.addresses[1] = Int64(Int(x))
-    args.sizes[0] = Int64(length)
-    args.sizes[1] = Int64(line_stride)
-    args.sizes[2] = Int64(element_stride)
-    args.sizes[3] = Int64(lines)
-    args.sizes[4] = Int64(blocks // per_range if per_range > 0 else 0)  # ranges
-    args.sizes[5] = Int64(per_range)
-    launch_index[partial_maxima](dev, blocks * lines, args)
+    var ranges = blocks // per_range if per_range > 0 else 0
+    var maxima = PartialMaxima(i32_at(partial), x, length, line_stride, element_stride, lines, ranges, per_range)
+    launch_index[partial_maxima](dev, blocks * lines, maxima.args())
     return blocks
 
 
@@ -1522,8 +1684,59 @@ def fold_sums[p: Int, columns: Int, first_chunk: Bool](
         words.unsafe_store(w * FUSED_TEAM + tid, bitcast[DType.uint32, 1](residues.cast[DType.uint8]()))
 
 
-comptime EXACT_FUSED = Interface("c a_exponents b_exponents residues", "m n k bits accumulate splits ranges", "")
-"""The fused kernel's operands; the residue planes reach it through its tensor maps (residue_map), not a slot."""
+@fieldwise_init
+struct FusedProduct(ImplicitlyCopyable, Movable):
+    """The fused kernel's operands (the residue planes reach it through its tensor maps, residue_map): C (m × n
+    float32, or with `ranges` a partial a split, m·n apart), the exponents of A's rows and B's columns (or a range's,
+    m and n apart), the residue bytes its tiles fold (fused_scratch_bytes at `residues`), k split into `splits`
+    ranges, `bits` bits a side; `accumulate` adds C's values."""
+
+    var c: F32Ptr
+    var a_exponents: I32Ptr
+    var b_exponents: I32Ptr
+    var residues: Int
+    var m: Int
+    var n: Int
+    var k: Int
+    var bits: Int
+    var accumulate: Bool
+    var splits: Int
+    var ranges: Bool
+
+    @always_inline
+    def __init__(out self, args: Args):
+        self.c = args.f32(0)
+        self.a_exponents = args.i32(1)
+        self.b_exponents = args.i32(2)
+        self.residues = Int(args.addresses[3])
+        self.m = args.size(0)
+        self.n = args.size(1)
+        self.k = args.size(2)
+        self.bits = args.size(3)
+        self.accumulate = args.flag(4)
+        self.splits = args.size(5)
+        self.ranges = args.flag(6)
+
+    def args(self) -> Args:
+        var args = Args.empty()
+        args.addresses[0] = Int64(Int(self.c))
+        args.addresses[1] = Int64(Int(self.a_exponents))
+        args.addresses[2] = Int64(Int(self.b_exponents))
+        args.addresses[3] = Int64(self.residues)
+        args.sizes[0] = Int64(self.m)
+        args.sizes[1] = Int64(self.n)
+        args.sizes[2] = Int64(self.k)
+        args.sizes[3] = Int64(self.bits)
+        args.sizes[4] = Int64(1 if self.accumulate else 0)
+        args.sizes[5] = Int64(self.splits)
+        args.sizes[6] = Int64(1 if self.ranges else 0)
+        return args
+
+    @always_inline
+    def residue_block[moduli: Int, columns: Int](self, task: Int) -> Int:
+        """Where the residue bytes of fused task `task` (split·tiles + tile) begin: a byte an output of the tile
+        for each modulus."""
+        return self.residues + task * moduli * FusedTile[columns].outputs
 
 
 @always_inline  # one function: a call inside the kernel makes ptxas serialize its wgmma
@@ -1545,10 +1758,11 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     j mod 2.
     Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
     (finished stores NaN there)."""
-    var M = args.size(0)
-    var N = args.size(1)
-    var line = padded(args.size(2))
-    var splits = args.size(5)
+    var product = FusedProduct(args)
+    var M = product.m
+    var N = product.n
+    var line = padded(product.k)
+    var splits = product.splits
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
     var row0, column0 = tile_origin(task % tiles, N, columns)
@@ -1566,7 +1780,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
             mbarrier_init(full.unsafe_offset(slot), 1)
         fence_async_view_proxy()  # the initialised mbarriers visible to the tensor copies that complete them
     barrier()  # the mbarriers initialised before any thread waits on one
-    var residues = residue_block[moduli, columns](args, task)
+    var residues = product.residue_block[moduli, columns](task)
     var loads = StageLoads[columns](a_map, b_map, row0, column0, k_begin, k_end)
     comptime for _ in range(tile.ahead):
         loads.start_next[moduli](shared, full)
@@ -1610,46 +1824,46 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
         if done == stages:
             done = 0
             i += 1
-    if args.flag(6):
-        reconstruct_tile[moduli, columns](task % tiles, args, task // tiles)
+    if product.ranges:
+        reconstruct_tile[moduli, columns](task % tiles, product, task // tiles)
     elif splits == 1:
-        reconstruct_tile[moduli, columns](task, args)
+        reconstruct_tile[moduli, columns](task, product)
 
 
 @always_inline
-def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own_range: Int = -1):
+def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, fused: FusedProduct, own_range: Int = -1):
     """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
     the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_value's residues r_i ≡ X (mod p_i)),
     reconstructed and rounded by crt_value, as crt_round does from its residues: the same integer X, so the
     unfused form's bits. own_range ≥ 0 (`ranges`): that split's residues alone, its range's exponents (at
     range·M and range·N) and its partial (at range·M·N)."""
-    var M = args.size(0)
-    var N = args.size(1)
+    var M = fused.m
+    var N = fused.n
     var product = max(own_range, 0)  # the split summed first, and the product it belongs to: 0 unless `ranges`
-    var splits = 1 if own_range >= 0 else args.size(5)
+    var splits = 1 if own_range >= 0 else fused.splits
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
     var row0, column0 = tile_origin(tile_index, N, columns)
     var tid = Int(thread_idx.x)
     var lane = tid % 32
     var row = row0 + 64 * (tid // 128) + 16 * (tid % 128 // 32) + lane // 4
-    var a_exponents = args.i32(1).unsafe_offset(product * M)
-    var b_exponents = args.i32(2).unsafe_offset(product * N)
-    var c = args.f32(0).unsafe_offset(product * M * N)
+    var a_exponents = fused.a_exponents.unsafe_offset(product * M)
+    var b_exponents = fused.b_exponents.unsafe_offset(product * N)
+    var c = fused.c.unsafe_offset(product * M * N)
     # Each word's residue bytes and column exponents are loaded one word ahead, so that their latency (the
     # workspace is in L2) overlaps the reconstruction of the word before; a thread's two rows stay its own throughout.
     var row_e = SIMD[DType.int32, 2](0)
     comptime for half in range(2):
         if row + 8 * half < M:
             row_e[half] = a_exponents.unsafe_load(row + 8 * half)
-    var first_block = residue_block[moduli, columns](args, product * tiles + tile_index)
+    var first_block = fused.residue_block[moduli, columns](product * tiles + tile_index)
     var next_packed = packed_residues[moduli, columns](first_block, 0, tid)
     var next_f = column_exponents(b_exponents, column0 + 2 * (lane % 4), N)
     for w in range(tile.words):
         var residues = SIMD[DType.uint32, 64](0)  # add_residue_bytes' layout: crt_value's for the word's 4 outputs
         add_residue_bytes[moduli](residues, next_packed)
         for split in range(product + 1, product + splits):
-            var block = residue_block[moduli, columns](args, split * tiles + tile_index)
+            var block = fused.residue_block[moduli, columns](split * tiles + tile_index)
             add_residue_bytes[moduli](residues, packed_residues[moduli, columns](block, w, tid))
         var column_f = next_f
         if w + 1 < tile.words:
@@ -1660,21 +1874,14 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, args: Args, own
         # alone, and each constant weight moved into a register once for four outputs.
         var e = SIMD[DType.int32, 4](row_e[0], row_e[0], row_e[1], row_e[1])
         var f = SIMD[DType.int32, 4](column_f[0], column_f[1], column_f[0], column_f[1])
-        var value = crt_value[moduli, False, 4](residues, e, f, args.size(3))
+        var value = crt_value[moduli, False, 4](residues, e, f, fused.bits)
         var n = column0 + 8 * w + 2 * (lane % 4)
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             if m < M and n + j % 2 < N:
                 var at = m * N + n + j % 2
                 c.unsafe_store(at, finished(value.slice[1, offset=j](), c, at, e.slice[1, offset=j](),
-                                            f.slice[1, offset=j](), args.flag(4)))
-
-
-@always_inline
-def residue_block[moduli: Int, columns: Int](args: Args, task: Int) -> Int:
-    """Where the residue bytes of fused task `task` (split·tiles + tile, EXACT_FUSED's args) begin in the
-    workspace: a byte an output of the tile for each modulus."""
-    return Int(args.addresses[3]) + task * moduli * FusedTile[columns].outputs
+                                            f.slice[1, offset=j](), fused.accumulate))
 
 
 @always_inline
@@ -1721,7 +1928,7 @@ def exact_fused_narrow[moduli: Int](task: Int, args: Args, a_map: Int, b_map: In
 
 def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
     """The outputs of tile `task` (128 × 128) of a product whose k exact_fused_tile split: reconstruct_tile."""
-    reconstruct_tile[moduli, 128](task, args)
+    reconstruct_tile[moduli, 128](task, FusedProduct(args))
 
 
 def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_residues: Int, a_exponents: Int,
@@ -1730,18 +1937,8 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     """The plane products and the reconstruction by exact_fused_tile, a block a tile of 128 × fused_columns
     outputs and a range of k (`splits` of them, then exact_fused_splits_summed if more than one, unless with
     `ranges` each is a product of its own); `residues` holds fused_scratch_bytes(M, N, K, moduli, splits)."""
-    var args = Args.empty()  # EXACT_FUSED
-    args.addresses[0] = Int64(Int(c))
-    args.addresses[1] = Int64(a_exponents)
-    args.addresses[2] = Int64(b_exponents)
-    args.addresses[3] = Int64(residues)
-    args.sizes[0] = Int64(M)
-    args.sizes[1] = Int64(N)
-    args.sizes[2] = Int64(K)
-    args.sizes[3] = Int64(bits)
-    args.sizes[4] = Int64(1 if accumulate else 0)
-    args.sizes[5] = Int64(splits)
-    args.sizes[6] = Int64(1 if ranges else 0)
+    var args = FusedProduct(c, i32_at(a_exponents), i32_at(b_exponents), residues, M, N, K, bits, accumulate, splits,
+                            ranges).args()
     var a_map = residue_map[FUSED_ROWS](dev, a_residues, M, K, moduli)
     if fused_columns(K, splits) == 256:
         comptime wide = FusedTile[256]
