@@ -1471,7 +1471,8 @@ struct FusedTile[columns: Int]:
     reconstruction overlap the other's products). On the H200 (bench/RESULTS.md, 2026-11-30 23:25) this beat a
     persistent "ping-pong" kernel (two groups of a block taking its tiles in turn through one ring: 23 % slower, a
     lone group multiplying at about 60 % of two blocks' rate), persistent blocks (7-9 % slower) and tiles of 64 rows
-    at three or four blocks a multiprocessor (13-16 % slower)."""
+    at three or four blocks a multiprocessor (13-16 % slower). Folding half a warpgroup's sums while the other half's
+    products run does not fit the 128 registers a thread (ptxas then serializes every wgmma: 2026-12-01)."""
 
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
@@ -1836,7 +1837,10 @@ def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, fused: FusedPro
     the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_value's residues r_i ≡ X (mod p_i)),
     reconstructed and rounded by crt_value, as crt_round does from its residues: the same integer X, so the
     unfused form's bits. own_range ≥ 0 (`ranges`): that split's residues alone, its range's exponents (at
-    range·M and range·N) and its partial (at range·M·N)."""
+    range·M and range·N) and its partial (at range·M·N). On the H200 (bench/RESULTS.md, 2026-12-01 00:52) this
+    SIMT form, on the FP64 and integer pipes beside the other block's products, beat the same sums as int8 products
+    of residue rows and the constants' bytes on the tensor cores (9 % slower at k = 768: they spend the tensor cores
+    and the shared memory the products need)."""
     var M = fused.m
     var N = fused.n
     var product = max(own_range, 0)  # the split summed first, and the product it belongs to: 0 unless `ranges`
