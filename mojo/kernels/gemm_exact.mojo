@@ -1759,11 +1759,11 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     j mod 2.
     Padding k (up to padded(K)) holds zeros, and the lines of a non-finite row or column hold zero residues
     (finished stores NaN there)."""
-    var product = FusedProduct(args)
-    var M = product.m
-    var N = product.n
-    var line = padded(product.k)
-    var splits = product.splits
+    var fused = FusedProduct(args)
+    var M = fused.m
+    var N = fused.n
+    var line = padded(fused.k)
+    var splits = fused.splits
     comptime tile = FusedTile[columns]
     var tiles = fused_tiles(M, N, columns)
     var row0, column0 = tile_origin(task % tiles, N, columns)
@@ -1781,7 +1781,7 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
             mbarrier_init(full.unsafe_offset(slot), 1)
         fence_async_view_proxy()  # the initialised mbarriers visible to the tensor copies that complete them
     barrier()  # the mbarriers initialised before any thread waits on one
-    var residues = product.residue_block[moduli, columns](task)
+    var residues = fused.residue_block[moduli, columns](task)
     var loads = StageLoads[columns](a_map, b_map, row0, column0, k_begin, k_end)
     comptime for _ in range(tile.ahead):
         loads.start_next[moduli](shared, full)
@@ -1825,10 +1825,10 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
         if done == stages:
             done = 0
             i += 1
-    if product.ranges:
-        reconstruct_tile[moduli, columns](task % tiles, product, task // tiles)
+    if fused.ranges:
+        reconstruct_tile[moduli, columns](task % tiles, fused, task // tiles)
     elif splits == 1:
-        reconstruct_tile[moduli, columns](task, product)
+        reconstruct_tile[moduli, columns](task, fused)
 
 
 @always_inline
