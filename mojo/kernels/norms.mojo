@@ -126,6 +126,28 @@ def rmsnorm_backward[warp: Bool](r: Int, lane: Int, args: Args):
     var x = args.f32(3).unsafe_offset(r * W)
     var w = args.f32(4)
     var rstd = args.f32(5).unsafe_load(r)
+    comptime if warp:
+        if W <= LANES * LANE_VALUES:  # dy, x (and dx) in registers: read once, their loads issued at once (the weight
+            # is every row's, read from the caches)
+            var gv = load_lane_row(dy, lane, W)
+            var xv = load_lane_row(x, lane, W)
+            var earlier = load_lane_row(dx, lane, W) if accumulate else LaneRow(0)
+            var partial = Float32(0)  # row_reduce's lane sum of the projections, in its order
+            comptime for j in range(LANE_VALUES):
+                if lane + LANES * j < W:
+                    partial += (gv[j] * w.unsafe_load(lane + LANES * j)) * xv[j]
+            var coefficient = (rstd * rstd) * (warp_total(partial) / Float32(W))
+            var values = earlier  # every value found before the first store, so that no load waits for one
+            comptime for j in range(LANE_VALUES):
+                if lane + LANES * j < W:
+                    var value = rstd * (gv[j] * w.unsafe_load(lane + LANES * j) - xv[j] * coefficient)
+                    values[j] = earlier[j] + value if accumulate else value
+            comptime for j in range(LANE_VALUES):
+                var i = lane + LANES * j
+                if i < W:
+                    dx.unsafe_store(i, values[j])
+                    dw_rows.unsafe_store(i, gv[j] * (xv[j] * rstd))
+            return
 
     def projection(i: Int) {imm dy, imm w, imm x} -> Float32:
         return (dy.unsafe_load(i) * w.unsafe_load(i)) * x.unsafe_load(i)
