@@ -77,6 +77,19 @@ def unary_relative_errors(op: str, y: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.abs(y - ref) / np.maximum(np.abs(ref), 1e-30)
 
 
+def case_column_sum(device: uform.Device, seed: int, rows: int, columns: int, row_length: int):
+    """column_sum over more rows than a GPU team stages at once (256) and columns that fill no whole tile of 32,
+    in chunks of COLUMN_CHUNK rows (row_length 0) or of packed rows of row_length tokens (the row tree), with the
+    zeros and signs that tell a skipped row from an added +0, against its float64 sum."""
+    rng = rng_for(seed)
+    x = (rng.standard_normal((rows, columns)) * np.exp(rng.standard_normal((rows, columns)))).astype(np.float32)
+    x[::7, 0] = -0.0
+    x[:, -1] = -0.0
+    sums = device.empty(columns)
+    K.column_sum(sums, device.put(x), rows, columns, row_length=row_length)
+    return {"column_sum": (sums.numpy(), f64(x).sum(0), rows * 2.0**-24, np.abs(f64(x)).sum(0).max())}
+
+
 def case_rmsnorm(device: uform.Device, seed: int, rows: int, width: int):
     rng = rng_for(seed)
     x = rng.standard_normal((rows, width)).astype(np.float32)
@@ -720,6 +733,9 @@ def all_cases():
     for rows, row_length, m, n, vocab in ((1, 1, 1, 1, 1), (3, 17, 5, 9, 7), (8, 64, 33, 20, 260), (13, 40, 8, 130, 3)):
         cases.append((f"row_sums-{rows}x{row_length}-{m}x{n}-v{vocab}", case_row_sums,
                       dict(rows=rows, row_length=row_length, m=m, n=n, vocab=vocab)))
+    for rows, columns, row_length in ((1100, 70, 0), (1100, 45, 550), (300, 33, 100), (257, 1, 0)):
+        cases.append((f"column_sum-{rows}x{columns}-rows{row_length}", case_column_sum,
+                      dict(rows=rows, columns=columns, row_length=row_length)))
     for tokens, rows, width in ((1, 1, 1), (40, 17, 48), (300, 129, 768)):
         cases.append((f"rows-{tokens}-{rows}x{width}", case_rows, dict(tokens=tokens, rows=rows, width=width)))
     for segments, width in ((1, 8), (5, 64), (40, 200)):
