@@ -569,7 +569,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         teams[attention.attention_backward_dq, attention.DQ_REGISTERS](m, k, "attention_backward_dq")
         rows_of[attention_rows.attention_forward_rows](m, k, "attention_forward_rows", attention.ATTENTION)
         rows_of[attention_rows.attention_backward_rows](m, k, "attention_backward_rows", attention.ATTENTION)
-        index[attention_fast.attention_backward_delta_fast](m, k, "attention_backward_delta_fast", attention.ATTENTION)
+        register[attention_fast.launch_backward_delta](m, k, "attention_backward_delta_fast", attention.ATTENTION)
         fast_teams[attention_fast.attention_forward_fast, attention_fast.FORWARD_REGISTERS](
             m, k, "attention_forward_fast"
         )

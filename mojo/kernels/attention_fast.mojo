@@ -15,7 +15,8 @@ softmax runs in fp32 in base 2 with the hardware exp2: s·scale·log2(e), a runn
 (FA2's online softmax over blocks of 64 keys), o = o/l, and L = (m + log2 l)·ln 2 in natural log, as the
 identical kernels write it (o = 0 and L = 0 for a query that sees no key); the backward recomputes
 p = exp2(s·scale·log2(e) − L·log2(e)). δ is the identical kernel's fp32 chain (attention_backward_delta's one fma
-chain over d ascending), taken by attention_backward_delta_fast on 16-byte loads: the same bits. So
+chain over d ascending), taken on 16-byte loads (attention_backward_delta_fast; on a GPU a warp's rows staged
+together, attention_backward_delta_warp): the same bits. So
 results differ from the identical mode's by bf16 rounding (relative error at most 2⁻⁹ per operand).
 
 Determinism. No atomics: dk and dv are summed by the task that owns a tile of keys, over the heads of its group
@@ -37,6 +38,7 @@ token's D dims (padded by 8 bf16 so that ldmatrix's eight rows fall in distinct 
 transposed where the token is the contraction index (p·v, ds·q, ds·k, p·dO).
 """
 
+from std.bit import count_trailing_zeros
 from std.collections import Array
 from std.math import exp2, fma, log2
 from std.memory import stack_allocation
@@ -45,7 +47,8 @@ from max.gpu.compute.mma import ld_matrix, mma
 from max.gpu.memory import AddressSpace
 from max.gpu.primitives.warp import shuffle_xor
 from engine.device import F32Ptr
-from engine.launch import Args
+from engine.launch import Args, DevicePtr, launch_gpu_teams, launch_index
+from engine.target import HAS_ACCELERATOR
 from engine import numerics
 from kernels.attention import Attention
 
@@ -351,6 +354,60 @@ def attention_backward_delta_fast(task: Int, args: Args):
         comptime for j in range(DELTA_CHUNK):
             total = fma(x[j], y[j], total)
     at.delta.unsafe_store(task, total)
+
+
+comptime DELTA_TASKS = 32  # tasks (rows of dO and o) a GPU block of one warp takes: a contiguous stretch of each
+comptime DELTA_LINE = 128 + 4  # floats of a staged row, up to D = 128: 16 bytes of padding keep a quarter-warp's
+# 16-byte reads of 8 rows in distinct banks
+comptime DELTA_LOADS = 8  # 16-byte loads of each operand a thread keeps in flight while staging
+
+
+def attention_backward_delta_warp[D: Int](block: Int, args: Args):
+    """attention_backward_delta_fast for the DELTA_TASKS consecutive tasks of a one-warp block on a GPU. Their rows
+    of dO and o lie side by side, so the warp stages them in shared memory with 16-byte loads that cover each
+    operand's stretch contiguously (thread by thread, a row's own loads hit 32 rows 4·D bytes apart), then thread
+    t runs task t's chain over its row: the same fma chain over d ascending from +0, so the same bits."""
+    var at = Attention(args)
+    var dims = at.head_dim
+    var first = block * DELTA_TASKS
+    var count = min(DELTA_TASKS, at.tokens * at.heads - first)
+    var lane = Int(thread_idx.x)
+    var line = dims + 4
+    var dims_log2 = Int(count_trailing_zeros(dims))  # every head dimension is a power of two (HEAD_DIMS)
+    var a = stack_allocation[DELTA_TASKS * DELTA_LINE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var b = stack_allocation[DELTA_TASKS * DELTA_LINE, Float32, alignment=16, address_space=AddressSpace.SHARED]()
+    var quads = count * dims // 4  # 16-byte pieces of each operand's stretch
+    var d_out = at.d_out.unsafe_offset(first * dims)
+    var o = at.o.unsafe_offset(first * dims)
+    for batch in range(0, quads, DELTA_TASKS * DELTA_LOADS):
+        comptime for u in range(DELTA_LOADS):
+            var q = batch + DELTA_TASKS * u + lane
+            if q < quads:
+                var row = (4 * q) >> dims_log2
+                var at_line = row * line + 4 * q - row * dims
+                a.unsafe_store[width=4, alignment=16](at_line, d_out.unsafe_load[width=4, alignment=16](4 * q))
+                b.unsafe_store[width=4, alignment=16](at_line, o.unsafe_load[width=4, alignment=16](4 * q))
+    barrier()
+    if lane < count:
+        var total = Float32(0)
+        for d in range(0, dims, 4):
+            var x = a.unsafe_load[width=4, alignment=16](lane * line + d)
+            var y = b.unsafe_load[width=4, alignment=16](lane * line + d)
+            comptime for j in range(4):
+                total = fma(x[j], y[j], total)
+        at.delta.unsafe_store(first + lane, total)
+
+
+def launch_backward_delta(dev: DevicePtr, n: Int, args: Args) raises:
+    """δ over its n = tokens·heads tasks: on a GPU a warp DELTA_TASKS of them (attention_backward_delta_warp), on
+    the CPU a call each (attention_backward_delta_fast). The same chain either way."""
+    if dev[].is_gpu():
+        comptime if HAS_ACCELERATOR:
+            launch_gpu_teams[1, DELTA_TASKS, 6, attention_backward_delta_warp](
+                dev, (n + DELTA_TASKS - 1) // DELTA_TASKS, args
+            )
+    else:
+        launch_index[attention_backward_delta_fast](dev, n, args)
 
 
 @always_inline
