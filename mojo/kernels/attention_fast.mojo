@@ -360,6 +360,8 @@ comptime DELTA_TASKS = 32  # tasks (rows of dO and o) a GPU block of one warp ta
 comptime DELTA_LINE = 128 + 4  # floats of a staged row, up to D = 128: 16 bytes of padding keep a quarter-warp's
 # 16-byte reads of 8 rows in distinct banks
 comptime DELTA_LOADS = 8  # 16-byte loads of each operand a thread keeps in flight while staging
+comptime DELTA_BLOCKS_PER_SM = 6  # one-warp blocks a multiprocessor: their staged rows (33.8 KB each) fit its shared
+# memory
 
 
 def attention_backward_delta_warp[D: Int](block: Int, args: Args):
@@ -403,7 +405,7 @@ def launch_backward_delta(dev: DevicePtr, n: Int, args: Args) raises:
     the CPU a call each (attention_backward_delta_fast). The same chain either way."""
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
-            launch_gpu_teams[1, DELTA_TASKS, 6, attention_backward_delta_warp](
+            launch_gpu_teams[1, DELTA_TASKS, DELTA_BLOCKS_PER_SM, attention_backward_delta_warp](
                 dev, (n + DELTA_TASKS - 1) // DELTA_TASKS, args
             )
     else:
