@@ -45,7 +45,7 @@ from max.gpu.memory import (
 from max.gpu.sync import mbarrier_arrive_expect_tx_shared, mbarrier_init
 from engine.reduction import row_stride
 from max.gpu.primitives.warp import shuffle_down, shuffle_idx, shuffle_xor
-from engine.numerics import CANONICAL_NAN
+from engine.numerics import CANONICAL_NAN, scale_by_power_of_two
 from engine.target import HAS_ACCELERATOR, HAS_HOPPER, HAS_NVIDIA
 from kernels.gemm import transposed
 from kernels.tree_sum import tree_sum
@@ -616,12 +616,6 @@ def remainder_below_2_31[w: SIMDLength, //, p: Int](x: SIMD[DType.uint32, w]) ->
 comptime SPLIT = 27  # fixed-point values are split as v = high·2^27 + low
 
 
-@always_inline
-def power_of_two(k: Int) -> Float32:
-    """2^k for −126 ≤ k ≤ 127, from its bits."""
-    return bitcast[DType.float32](UInt32((k + 127) << 23))
-
-
 @fieldwise_init
 struct FixedGroup(ImplicitlyCopyable, Movable):
     """RESIDUE_GROUP fixed-point values v = high·2^SPLIT + low, high and low carrying v's sign: |high| < 2^16 and
@@ -657,26 +651,25 @@ struct FixedGroup(ImplicitlyCopyable, Movable):
     def scaled_words(values: SIMD[DType.float32, RESIDUE_GROUP], bits: Int, e: Int) -> FixedGroup:
         """`of`'s words by float32 operations, each exact, on the FMA pipes that the residues' integer work leaves
         idle (the integer form's shifts and clamps kept the residue passes bound by the integer pipes):
-        - V = value·2^a·2^b, a + b = bits − e: two multiplies by powers of two (each factor within float32's
-          normal range), exact unless the first product is subnormal, and then |V| < 1 and its words are 0 either
-          way (|value| < 2^e, so |V| < 2^bits; the clamp only matters for a non-finite line's zeros).
+        - V = value·2^(bits − e) by numerics.scale_by_power_of_two's two multiplies by powers of two, exact
+          unless the first product is subnormal, and then |V| < 1 and its words are 0 either way (|value| < 2^e,
+          so |V| < 2^bits; the clamp to its range only matters for a non-finite line's zeros).
         - H = RZ(V·2^−27 ± 2^23), the magic number taking V's sign: a sum of magnitude in [2^23, 2^24), whose
           units are whole, rounded toward zero, so H ∓ 2^23 = trunc(V/2^27) = high (|high| < 2^16), exactly.
         - L = V − high·2^27 (one fma): the part of V below 2^27, of V's sign, exact (its significant bits are
           V's); low = trunc(L), the float-to-integer conversion.
         trunc(V) = high·2^27 + trunc(L), as `of` splits it."""
-        var t = min(max(bits - e, -252), 252)
-        var a = t >> 1
-        var v = values * power_of_two(a) * power_of_two(t - a)
+        comptime unit = Float32(1 << SPLIT)
+        var v = scale_by_power_of_two(values, SIMD[DType.int32, RESIDUE_GROUP](min(max(bits - e, -252), 252)))
         var signs = bitcast[DType.uint32, RESIDUE_GROUP](v) & 0x80000000
         var magic = bitcast[DType.float32, RESIDUE_GROUP](signs | bitcast[DType.uint32](Float32(1 << 23)))
         var rounded = SIMD[DType.float32, RESIDUE_GROUP](0)
         comptime for j in range(RESIDUE_GROUP):
             rounded[j] = inlined_assembly["fma.rz.f32 $0, $1, $2, $3;", Float32, constraints="=f,f,f,f"](
-                v[j], power_of_two(-SPLIT), magic[j]
+                v[j], 1 / unit, magic[j]
             )
         var high = rounded - magic
-        var low = high.fma(SIMD[DType.float32, RESIDUE_GROUP](-power_of_two(SPLIT)), v)
+        var low = high.fma(SIMD[DType.float32, RESIDUE_GROUP](-unit), v)
         return FixedGroup(high.cast[DType.int32](), low.cast[DType.int32]())
 
     @always_inline
