@@ -16,9 +16,13 @@ Column sums (gradients of gains and biases) run in two stages with a fixed
 chunk of rows, so their order is fixed too: Σ over chunks of Σ inside a chunk.
 """
 
+from std.memory import stack_allocation
+from max.gpu import barrier, thread_idx
+from max.gpu.memory import AddressSpace
 from max.gpu.primitives.warp import shuffle_down, shuffle_idx
 from engine.device import F32Ptr
-from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_grouped
+from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_gpu_teams
+from engine.target import HAS_ACCELERATOR
 from engine.reduction import (
     LANES, canonical_reduce, canonical_reduce_lanes, row_max, row_max_of, row_reduce, row_stride,
 )
@@ -267,31 +271,68 @@ def column_partial_sums[w: SIMDLength](task: Int, args: Args):
         partial.unsafe_store(task, canonical_reduce_lanes[w](values, min(length, R - begin)))
 
 
-def column_partial_sums_warp(task: Int, lane: Int, args: Args):
-    """column_partial_sums[1]'s task on a GPU warp: thread l adds the canonical sum's lane l (the chunk's rows l,
-    l+32, …), then the warp folds the lanes (`row_reduce`). One thread a task read its column's rows one after
-    another, a stride of C floats apart; a warp has 32 of them in flight."""
+comptime COLUMN_WARPS = 8  # warps of a GPU block of column_partial_sums_block: warp w the canonical lanes w + 8s
+comptime COLUMN_BLOCKS_PER_SM = 8  # such blocks a multiprocessor: 2048 threads
+
+
+def column_partial_sums_block[D: Int](block: Int, args: Args):
+    """column_partial_sums[1]'s tasks for 32 neighbouring columns of one chunk on a GPU block of COLUMN_WARPS warps:
+    lane c takes column c0 + c, warp w the canonical sum's lanes w, w + 8, w + 16 and w + 24 (the chunk's rows
+    32j + w + 8s, j ascending: canonical_reduce's four chains), so that a warp reads 128 contiguous bytes of a row
+    at a time. fold_lanes' first two levels (l + l+16, then + l+8) stay inside a warp; the eight results go through
+    shared memory and warp 0 folds them as its last three levels do: the same sums in the same order. (A warp a
+    column fetched a 32-byte sector a lane for 4 bytes of it; a thread a column, 32 chains, had too few warps.) D is
+    launch_gpu_teams' size parameter, unused."""
     var partial = args.f32(0)
     var x = args.f32(1)
     var R = args.size(0)
     var C = args.size(1)
     var length = args.size(2)
-    var column = task % C
-    var begin = (task // C) * length
-
-    def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
-        return x.unsafe_load((begin + i) * C + column)
-
-    var total = row_reduce[True](value, min(length, R - begin), lane)
-    if lane == 0:
-        partial.unsafe_store(task, total)
+    var column_groups = (C + LANES - 1) // LANES
+    var chunk = block // column_groups
+    var column = (block - chunk * column_groups) * LANES + Int(thread_idx.x) % LANES
+    var warp = Int(thread_idx.x) // LANES
+    var begin = chunk * length
+    var n = min(length, R - begin)
+    var acc = SIMD[DType.float32, 4](0)  # canonical lanes warp, warp + 8, warp + 16, warp + 24
+    if column < C:
+        var rows = x.unsafe_offset(begin * C + column)
+        var start = 0
+        while start + 2 * LANES <= n:  # two groups of 32 rows: eight loads in flight
+            var values = SIMD[DType.float32, 8](0)
+            comptime for u in range(8):
+                values[u] = rows.unsafe_load((start + LANES * (u // 4) + warp + COLUMN_WARPS * (u % 4)) * C)
+            acc += values.slice[4, offset=0]()
+            acc += values.slice[4, offset=4]()
+            start += 2 * LANES
+        while start < n:
+            comptime for s in range(4):
+                var row = start + warp + COLUMN_WARPS * s
+                if row < n:
+                    acc[s] += rows.unsafe_load(row * C)
+            start += LANES
+    var folded = stack_allocation[COLUMN_WARPS * LANES, Float32, address_space=AddressSpace.SHARED]()
+    folded.unsafe_store(Int(thread_idx.x), (acc[0] + acc[2]) + (acc[1] + acc[3]))  # v16[w] + v16[w + 8]: v8[w]
+    barrier()
+    if warp == 0 and column < C:
+        var v8 = SIMD[DType.float32, 8](0)
+        comptime for w in range(COLUMN_WARPS):
+            v8[w] = folded.unsafe_load(w * LANES + Int(thread_idx.x))
+        var v4 = v8.slice[4, offset=0]() + v8.slice[4, offset=4]()
+        var v2 = v4.slice[2, offset=0]() + v4.slice[2, offset=2]()
+        partial.unsafe_store(chunk * C + column, v2[0] + v2[1])
 
 
 def launch_column_partial_sums(dev: DevicePtr, n: Int, args: Args) raises:
-    """Stage 1 over its n (chunk, column) tasks: a GPU warp a task (column_partial_sums_warp), the CPU w columns a
-    call (column_partial_sums[w], through launch_elements). The same sums in the same order either way."""
+    """Stage 1 over its n (chunk, column) tasks: on a GPU a block of COLUMN_WARPS warps for 32 columns of a chunk
+    (column_partial_sums_block), on the CPU w columns a call (column_partial_sums[w], through launch_elements).
+    The same sums in the same order either way."""
     if dev[].is_gpu():
-        launch_grouped[LANES, column_partial_sums_warp, column_partial_sums[1]](dev, n, args)
+        comptime if HAS_ACCELERATOR:
+            var C = args.size(1)
+            launch_gpu_teams[1, COLUMN_WARPS * LANES, COLUMN_BLOCKS_PER_SM, column_partial_sums_block](
+                dev, n // C * ((C + LANES - 1) // LANES), args
+            )
     else:
         launch_elements[column_partial_sums](dev, n, args)
 
