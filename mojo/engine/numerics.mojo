@@ -169,8 +169,10 @@ def sigmoids[w: SIMDLength, //](
 
 @always_inline
 def sigmoid[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """1/(1 + e^−x), or e^x/(1 + e^x) for x < 0, so that large |x| never overflows."""
-    return sigmoids(x)[0]
+    """1/(1 + e^−x), or e^x/(1 + e^x) for x < 0, so that large |x| never overflows: sigmoids' first value, by the
+    one division it selects (the numerator chosen before dividing), not both."""
+    var e = exp(x.ge(Float32(0)).select(-x, x))
+    return canonical(x.ge(Float32(0)).select(Floats[w](1), e) / (Float32(1) + e))
 
 
 @always_inline
