@@ -338,8 +338,8 @@ def test_joint_training_bits_match_cpu(tmp_path):
 
 
 def test_encoder_training_through_the_exact_gemm_bits_match_cpu(tmp_path):
-    """5 JOINT steps of a model whose products the exact GEMM's shape rule takes (hidden 512, an MLP of 2048, 8
-    packed rows of 512 tokens, so every weight gradient is an exact product a block of 4 rows, the two blocks added
+    """5 JOINT steps of a model whose products the exact GEMM's shape rule takes (hidden 512, an MLP of 2048, 16
+    packed rows of 512 tokens, so every weight gradient is an exact product a block of 8 rows, the two blocks added
     in the row tree) on the CPU and on the GPU: bit-identical checkpoints."""
     texts = [f"item {i}: " + "abcdefghij"[i % 10] * (40 + 13 * i) for i in range(8)]
 
@@ -347,7 +347,7 @@ def test_encoder_training_through_the_exact_gemm_bits_match_cpu(tmp_path):
         trainer = uform.Trainer.init_vram(
             uform.Executor.for_ram() if executor == "cpu" else uform.Executor.for_vram([0]),
             depth=1, hidden=512, objective=uform.Objective.JOINT,
-            batch=uform.BatchShape(max_rows_per_device=8, max_segments_per_device=8, max_columns_per_row=512),
+            batch=uform.BatchShape(max_rows_per_device=16, max_segments_per_device=8, max_columns_per_row=512),
             schedule=uform.Schedule(steps=5, learning_rate=2e-3), seed=7)
         for step in range(5):
             order = np.roll(np.arange(8), step)

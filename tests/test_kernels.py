@@ -573,19 +573,19 @@ def test_identical_gemm_is_the_exact_gemm_from_the_rules_shape(device, m, n, k, 
 
 
 def test_weight_gradients_sum_exact_products_over_blocks_of_rows():
-    """The stack's k range for a weight gradient: blocks of the largest power of two of rows within 2048 tokens where
+    """The stack's k range for a weight gradient: blocks of the largest power of two of rows within 4096 tokens where
     the exact GEMM's rule takes the product over a block, a row where it does not (the fma chain's partials, or a
     grouped-query head narrower than 512), none without rows; a world's devices hold whole blocks."""
     from uform.nn.transformer import StackGeometry, exact_block_rows, weight_gradient_range, world_block_rows
 
-    assert [exact_block_rows(r) for r in (1024, 512, 700, 2048, 3000, 100)] == [2, 4, 2, 1, 1, 16]
-    assert weight_gradient_range(768, 3072, 65536, 1024) == 2048
+    assert [exact_block_rows(r) for r in (1024, 512, 700, 2048, 3000, 5000, 100)] == [4, 8, 4, 2, 1, 1, 32]
+    assert weight_gradient_range(768, 3072, 65536, 1024) == 4096
     assert weight_gradient_range(768, 256, 65536, 1024) == 1024  # n below the rule: a row
-    assert weight_gradient_range(512, 512, 32 * 100, 100) == 1600  # exact over a block, though not over a row
-    assert weight_gradient_range(768, 768, 1024, 1024) == 2048  # one block longer than k: one product over k
+    assert weight_gradient_range(512, 512, 64 * 100, 100) == 3200  # exact over a block, though not over a row
+    assert weight_gradient_range(768, 768, 1024, 1024) == 4096  # one block longer than k: one product over k
     assert weight_gradient_range(768, 768, 65536, 0) == 0
     geometry = dict(kv_heads=4, head_dim=64, layers=1, norm_eps=1e-6, rope_base=1e4, causal=False)
-    assert world_block_rows(StackGeometry(width=512, heads=8, mlp=2048, **geometry), 512) == 4
+    assert world_block_rows(StackGeometry(width=512, heads=8, mlp=2048, **geometry), 512) == 8
     assert world_block_rows(StackGeometry(width=256, heads=4, mlp=1024, **geometry), 512) == 1
 
 

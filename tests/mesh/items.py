@@ -25,12 +25,12 @@ def share(step: int, index: int, count: int) -> tuple[list[bytes], uform.Relatio
 
 
 def trainer(executor, mesh=None, seed: int = 5, hidden: int = 128, rows: int = ROWS,
-            columns: int = COLUMNS) -> uform.Trainer:
-    """A tiny JOINT trainer whose world holds `rows` rows however many devices share them."""
+            columns: int = COLUMNS, items: int = ITEMS) -> uform.Trainer:
+    """A tiny JOINT trainer whose world holds `rows` rows and `items` segments however many devices share them."""
     devices = mesh.describe().world_size if mesh is not None else len(executor.devices)
     return uform.Trainer.init_vram(executor, mesh=mesh, depth=1, hidden=hidden, objective=uform.Objective.JOINT,
                                    batch=uform.BatchShape(max_rows_per_device=rows // devices,
-                                                          max_segments_per_device=ITEMS // devices,
+                                                          max_segments_per_device=items // devices,
                                                           max_columns_per_row=columns),
                                    schedule=uform.Schedule(steps=20, learning_rate=2e-3), seed=seed)
 

@@ -63,25 +63,25 @@ def test_devices_of_one_process_train_to_the_checkpoint_of_one_device(tmp_path, 
 
 def test_devices_split_exact_weight_gradients_by_blocks_of_rows(tmp_path):
     """A model whose weight gradients run the exact GEMM (hidden 512, rows of 512 tokens: an exact product a block
-    of 4 rows, then the row tree over the blocks), items of 180–240 bytes filling both blocks: 1 CPU device holding
-    the world's 8 rows (two blocks) and 2 holding a block each write the same checkpoint file after 2 steps."""
+    of 8 rows, then the row tree over the blocks), items of 180–240 bytes filling both blocks: 1 CPU device holding
+    the world's 16 rows (two blocks) and 2 holding a block each write the same checkpoint file after 2 steps."""
     from uform import kernels as K
     from uform.nn.transformer import weight_gradient_range
     from uform.training.step_inputs import check_step_inputs
 
-    assert weight_gradient_range(512, 512, 8 * 512, 512) == 4 * 512 and K.gemm_is_exact(512, 512, 8 * 512, 4 * 512)
+    assert weight_gradient_range(512, 512, 16 * 512, 512) == 8 * 512 and K.gemm_is_exact(512, 512, 16 * 512, 8 * 512)
     rng = np.random.default_rng(2)
-    steps = [[bytes(rng.integers(97, 123, int(rng.integers(180, 241))).astype(np.uint8)) for _ in range(16)]
+    steps = [[bytes(rng.integers(97, 123, int(rng.integers(180, 241))).astype(np.uint8)) for _ in range(32)]
              for _ in range(2)]
-    pairs = uform.Relations(attract=(np.arange(17), np.arange(16) ^ 1))
+    pairs = uform.Relations(attract=(np.arange(33), np.arange(32) ^ 1))
     files = []
     for count in (1, 2):
-        run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=8, columns=512)
-        _, packed = run.step_batch(check_step_inputs([uform.Modality.TEXT] * 16, steps[0], relations=pairs), True, 1,
+        run = trainer(uform.Executor.for_ram(device_count=count), hidden=512, rows=16, columns=512, items=32)
+        _, packed = run.step_batch(check_step_inputs([uform.Modality.TEXT] * 32, steps[0], relations=pairs), True, 1,
                                    devices=count)
-        assert packed.segment_row.min() < 4 <= packed.segment_row.max()  # segments in both blocks
+        assert packed.segment_row.min() < 8 <= packed.segment_row.max()  # segments in both blocks
         for texts in steps:
-            run.step([uform.Modality.TEXT] * 16, texts, relations=pairs)
+            run.step([uform.Modality.TEXT] * 32, texts, relations=pairs)
         files.append(tmp_path / f"{count}.safetensors")
         run.save(files[-1])
         run.close()
@@ -89,9 +89,9 @@ def test_devices_split_exact_weight_gradients_by_blocks_of_rows(tmp_path):
 
 
 def test_a_world_refuses_devices_holding_less_than_a_block_of_rows():
-    """Exact weight gradients over blocks of 4 rows of 512 tokens: 4 devices of 2 rows each would split a block."""
-    message = ("batch.max_rows_per_device: a world of 4 devices needs at least 4 (hidden 512: the weight gradients "
-               "are exact products over blocks of 4 rows of 512 tokens, which a device holds whole), got 2")
+    """Exact weight gradients over blocks of 8 rows of 512 tokens: 4 devices of 2 rows each would split a block."""
+    message = ("batch.max_rows_per_device: a world of 4 devices needs at least 8 (hidden 512: the weight gradients "
+               "are exact products over blocks of 8 rows of 512 tokens, which a device holds whole), got 2")
     with pytest.raises(uform.UFormError, match=re.escape(message)) as error:
         trainer(uform.Executor.for_ram(device_count=4), hidden=512, rows=8, columns=512)
     assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT

@@ -46,22 +46,22 @@ def test_whole_step_gradients_match_float64_reference(form, objective):
 
 
 def test_whole_step_gradients_match_float64_reference_through_the_exact_gemm():
-    """A model whose products the canonical shape rule takes (hidden 512, an MLP of 2048, 8 packed rows of 512
-    tokens, items of ~450 bytes filling both blocks of 4 rows): the blocks' products and every weight gradient (an
+    """A model whose products the canonical shape rule takes (hidden 512, an MLP of 2048, 16 packed rows of 512
+    tokens, items of ~450 bytes filling both blocks of 8 rows): the blocks' products and every weight gradient (an
     exact product a block of rows, the two blocks added in the row tree) run the exact GEMM; the step stays within
     the float64 tolerances."""
     from uform.nn.transformer import weight_gradient_range
 
-    trainer = tiny(uform.Objective.JOINT, uform.Contrastive(temperature_groups=2), hidden=512, max_rows_per_device=8,
-                   max_columns_per_row=512)
+    trainer = tiny(uform.Objective.JOINT, uform.Contrastive(temperature_groups=2), hidden=512, max_rows_per_device=16,
+                   max_segments_per_device=16, max_columns_per_row=512)
     geometry = trainer.model.stack.geometry
-    tokens = 8 * 512
+    tokens = 16 * 512
     assert K.gemm_is_exact(tokens, geometry.width, geometry.mlp)
-    assert weight_gradient_range(geometry.width, geometry.mlp, tokens, 512) == 4 * 512  # two blocks, two products
-    contents = [((text + ". ") * 40)[:450 - 7 * i] for i, text in enumerate(TEXTS)]
-    relations = uform.Relations(attract=(np.arange(9), [1, 0, 3, 2, 5, 4, 7, 6]))
+    assert weight_gradient_range(geometry.width, geometry.mlp, tokens, 512) == 8 * 512  # two blocks, two products
+    contents = [((text + ". ") * 40)[:450 - 7 * i] for i, text in enumerate(TEXTS + TEXTS[::-1])]
+    relations = uform.Relations(attract=(np.arange(17), np.arange(16) ^ 1))
     with K.profile() as products:
-        losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 4,
+        losses, gradient, reference, expected = engine_and_reference(trainer, relations, groups=[0, 1] * 8,
                                                                      contents=contents)
     assert {"gemm_exact", "gemm_bt_exact", "gemm_at_exact_rows"} <= set(products)  # the exact GEMM ran
     assert losses.total == pytest.approx(float(reference["loss"]), rel=2e-5)

@@ -71,7 +71,7 @@ class StackGeometry:
         return [(f"layers.{i}.{name}", layer[name]) for i in range(self.layers) for name in LAYER_TENSORS]
 
 
-EXACT_BLOCK_TOKENS = 2048
+EXACT_BLOCK_TOKENS = 4096
 """Tokens of a block of packed rows whose weight gradient is one exact product (weight_gradient_range)."""
 
 
