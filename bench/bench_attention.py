@@ -23,12 +23,17 @@ def inputs(tokens: int, seed: int = 3):
     return [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]  # q, k, v, dO
 
 
-def run(device: uform.Device, q, k, v, d_out, spans, fast: bool = False):
-    """The buffers of one forward and backward on device (fast: the fast-mode kernels), and the two calls."""
-    b = dict(q=device.put(q), k=device.put(k), v=device.put(v), d_out=device.put(d_out), spans=device.put(spans),
-             o=device.empty(q.shape), lse=device.empty((q.shape[0], HEADS)), dq=device.empty(q.shape),
-             dk=device.empty(k.shape), dv=device.empty(v.shape), delta=device.empty((q.shape[0], HEADS)))
-    geometry = dict(heads=HEADS, kv_heads=HEADS, head_dim=HEAD_DIM, causal=False, spans=b["spans"], fast=fast)
+def run(device: uform.Device, q, k, v, d_out, spans, fast: bool = False, tiles: bool = True):
+    """The buffers of one forward and backward on device (fast: the fast-mode kernels; tiles: the identical
+    kernels' tiles aligned to the spans, kernels.attention_tiles, as the encoder runs them), and the two calls."""
+    table = K.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
+    layout = device.put(np.concatenate([spans, table]))  # the tile table right after the spans
+    b = dict(q=device.put(q), k=device.put(k), v=device.put(v), d_out=device.put(d_out),
+             spans=layout.view(0, spans.shape), o=device.empty(q.shape), lse=device.empty((q.shape[0], HEADS)),
+             dq=device.empty(q.shape), dk=device.empty(k.shape), dv=device.empty(v.shape),
+             delta=device.empty((q.shape[0], HEADS)))
+    geometry = dict(heads=HEADS, kv_heads=HEADS, head_dim=HEAD_DIM, causal=False, spans=b["spans"], fast=fast,
+                    tiles=layout.view(spans.size, table.shape) if tiles else None)
 
     def forward():
         K.attention_forward(b["o"], b["lse"], b["q"], b["k"], b["v"], **geometry)

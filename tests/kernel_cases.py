@@ -209,12 +209,15 @@ def attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, caus
 
 
 def run_attention(device: uform.Device, q, k, v, d_out, spans, heads: int, kv_heads: int, head_dim: int,
-                  causal: bool, fast: bool = False, span_limit: int = 0):
+                  causal: bool, fast: bool = False, span_limit: int = 0, tiles: bool = False):
     """o, dq, dk, dv and lse (numpy) of the engine's attention on device (fast: the fast-mode kernels; span_limit:
     the backward keeps the score gradients of spans up to that long in a d_scores workspace, filled with NaN
-    first so that a slot read but never written shows)."""
+    first so that a slot read but never written shows; tiles: the team kernels' tasks from attention_tiles)."""
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
-    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal, spans=device.put(spans),
+    table = K.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
+    layout = device.put(np.concatenate([spans, table]))  # the tile table right after the spans, as the kernels read it
+    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal,
+                    spans=layout.view(0, spans.shape), tiles=layout.view(spans.size, table.shape) if tiles else None,
                     fast=fast)
     o, lse = device.empty(q.shape), device.empty((q.shape[0], heads))
     K.attention_forward(o, lse, qb, kb, vb, **geometry)
@@ -236,7 +239,7 @@ def attention_inputs(rng: np.random.Generator, tokens: int, heads: int, kv_heads
 
 def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, heads: int, kv_heads: int,
                    head_dim: int, causal: bool, segmented: bool, mean_segment: int = 5, fast: bool = False,
-                   span_limit: int = 0):
+                   span_limit: int = 0, tiles: bool = False):
     rng = rng_for(seed)
     tokens = batch * seq_len
     q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
@@ -252,7 +255,8 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
             runs = np.cumsum(np.r_[True, segments[1:] != segments[:-1]])  # a segment cut by padding: two segments
             segments = np.where(segments < 0, -1, runs).astype(np.int32)
     spans = K.attention_spans(tokens, seq_len, segments)
-    outputs = run_attention(device, q, k, v, d_out, spans, heads, kv_heads, head_dim, causal, fast, span_limit)
+    outputs = run_attention(device, q, k, v, d_out, spans, heads, kv_heads, head_dim, causal, fast, span_limit,
+                            tiles)
     ref = attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments)
     tolerance = 4e-6 * np.sqrt(seq_len * head_dim)
     return {name: (out, r, tolerance) for name, out, r in zip(("o", "dq", "dk", "dv", "lse"), outputs, ref)}

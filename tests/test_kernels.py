@@ -209,6 +209,41 @@ def test_attention_backward_with_kept_score_gradients_gives_the_same_bits(device
             assert differing == 0, f"{name}/{output_name}, span_limit {limit}: {differing} of {got.size} values differ"
 
 
+@pytest.mark.parametrize("name,case,kwargs", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_attention_by_tiles_aligned_to_spans_gives_the_same_bits(device, monkeypatch, name, case, kwargs):
+    """The team kernels' tasks from attention_tiles (each run of tokens sharing a span cut from its first token)
+    instead of the fixed 64-token grid: every sum belongs to one query or one key, so the bits are the same, with
+    and without the kept score gradients."""
+    monkeypatch.setenv("UFORM_ATTENTION", "teams")
+    seed = zlib.crc32(name.encode())
+    for limit in (0, kwargs["seq_len"]):
+        grid, aligned = (case(device, seed=seed, **kwargs, span_limit=limit, tiles=tiles) for tiles in (False, True))
+        for output_name, (got, *_) in aligned.items():
+            expected = grid[output_name][0]
+            differing = int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
+            assert differing == 0, f"{name}/{output_name}, span_limit {limit}: {differing} of {got.size} values differ"
+
+
+def test_attention_tiles_cut_each_run_of_one_span_from_its_first_token():
+    """attention_tiles: the tiles cover every token once, in order; each lies in one run (a segment, a sequence, or
+    consecutive padding), holds at most ATTENTION_TILE tokens and starts at its run's first token plus a multiple
+    of ATTENTION_TILE."""
+    segments = np.full(3 * 200, -1, np.int32)
+    segments[0:150] = 0
+    segments[150:151] = 1  # a segment of one token
+    segments[160:200] = 2  # padding before it, a row's end after it
+    segments[200:400] = 3  # a whole row
+    segments[400:530] = 4
+    spans = K.attention_spans(600, 200, segments)
+    tiles = K.attention_tiles(spans)
+    assert tiles[0, 0] == 0 and tiles[-1, 1] == 600 and (tiles[1:, 0] == tiles[:-1, 1]).all()
+    assert ((tiles[:, 1] - tiles[:, 0] >= 1) & (tiles[:, 1] - tiles[:, 0] <= K.ATTENTION_TILE)).all()
+    runs = [(0, 150), (150, 151), (151, 160), (160, 200), (200, 400), (400, 530), (530, 600)]
+    expected = [(s, min(s + K.ATTENTION_TILE, end)) for begin, end in runs for s in range(begin, end, K.ATTENTION_TILE)]
+    assert [tuple(t) for t in tiles] == expected
+    assert K.attention_tiles(K.attention_spans(256, 128)).tolist() == [[s, s + 64] for s in range(0, 256, 64)]
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_keeps_the_score_gradient_of_each_pair_a_query_sees(device, monkeypatch, causal):
     """d_scores after the backward: ds_ij = p_ij (dp_ij − δ_i) (float64 reference) at query i's row, key j's offset

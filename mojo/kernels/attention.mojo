@@ -25,8 +25,10 @@ sums are plain fma chains from +0, over keys ascending for dq_i, over (head of t
 query ascending) for dk_j and dv_j; dq and dk are then multiplied by scale. A pair outside the mask
 takes no part in any sum.
 
-Every kernel but δ is a team kernel (`launch_teams`): a task is a tile of 64 consecutive tokens × one
-head, computed by a team of 256 threads (16 row groups tr × 16 column groups tc): thread (tr, tc) owns
+Every kernel but δ is a team kernel (`launch_teams`): a task is a tile of at most 64 consecutive tokens ×
+one head (the 64 tokens from 64·i; or, given a tile table, `Attention.tile`, each run of tokens that share a span
+cut into tiles from its first token, so that no tile walks the blocks of two spans: the bits are the same, since
+every sum belongs to one query or one key), computed by a team of 256 threads (16 row groups tr × 16 column groups tc): thread (tr, tc) owns
 the tile's rows 4tr … 4tr+3 and, of each 64-token block of the other side, the score columns tc,
 tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each chunk of min(D, 64) dims
 (W = min(D, 64)/16: 4, or 2 for D = 32, 1 for D = 16; for D = 8, 8 column groups of 1),
@@ -87,7 +89,8 @@ def teams_per_sm[D: Int](registers: Int) -> Int:
 
 
 comptime ATTENTION = Interface(
-    "o lse q k v spans d_out delta dq dk dv d_scores", "tokens heads kv_heads head_dim causal span_limit", "scale"
+    "o lse q k v spans d_out delta dq dk dv d_scores", "tokens heads kv_heads head_dim causal span_limit tiles",
+    "scale"
 )
 
 comptime Vec = SIMD[DType.float32, 4]
@@ -118,6 +121,7 @@ struct Attention(ImplicitlyCopyable, Movable):
     var head_dim: Int
     var causal: Bool
     var span_limit: Int
+    var tiles: Int
     var scale: Float32
 
     @always_inline
@@ -140,11 +144,22 @@ struct Attention(ImplicitlyCopyable, Movable):
         self.head_dim = args.size(3)
         self.causal = args.flag(4)
         self.span_limit = args.size(5)
+        self.tiles = args.size(6)
         self.scale = args.scalar(0)
 
     @always_inline
     def span(self, token: Int) -> Tuple[Int, Int]:
         return (Int(self.spans.unsafe_load(2 * token)), Int(self.spans.unsafe_load(2 * token + 1)))
+
+    @always_inline
+    def tile(self, index: Int) -> Tuple[Int, Int]:
+        """The tokens [start, end) of tile `index` (at most TILE): with a tile table (`tiles` > 0) its entry, which
+        the spans' allocation holds after the tokens' spans (kernels.attention_tiles: each run of tokens sharing a
+        span cut from its first token); else the TILE tokens from TILE·index."""
+        if self.tiles > 0:
+            var entry = 2 * (self.tokens + index)
+            return (Int(self.spans.unsafe_load(entry)), Int(self.spans.unsafe_load(entry + 1)))
+        return (index * TILE, min(index * TILE + TILE, self.tokens))
 
     @always_inline
     def keys_of(self, token: Int) -> Tuple[Int, Int]:
@@ -672,9 +687,9 @@ def forward_rescale[D: Int, space: AddressSpace](
 def attention_forward[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
-    """Task (query tile, head): o and lse of its 64 queries."""
+    """Task (query tile, head): o and lse of its queries (at most 64)."""
     var at = Attention(args)
-    var start = (task // at.heads) * TILE
+    var start, tile_end = at.tile(task // at.heads)
     var head = task % at.heads
     var kv = head * at.kv_heads // at.heads
     var rows = scratch
@@ -685,11 +700,11 @@ def attention_forward[D: Int, played: Int, space: AddressSpace](
     var kv_stride = at.kv_heads * D
     var team = Array[Thread[D], played](fill=Thread[D]())
     var row = 0
-    while row < TILE and start + row < at.tokens:
+    while start + row < tile_end:
         # a run: the rows [row, end) that share one span
         var span = at.span(start + row)
         var end = row + 1
-        while end < TILE and start + end < at.tokens:
+        while start + end < tile_end:
             var next = at.span(start + end)
             if next[0] != span[0] or next[1] != span[1]:
                 break
@@ -727,7 +742,7 @@ def attention_forward[D: Int, played: Int, space: AddressSpace](
         if tc < lanes_of[D]():
             comptime for a in range(ROWS):
                 var t = start + ROWS * tr + a
-                if t < at.tokens:
+                if t < tile_end:
                     var task_row = t * at.heads + head
                     var l = team[p].l[a]
                     comptime C = chunk_of[D]()
@@ -778,11 +793,11 @@ def key_weights[D: Int, space: AddressSpace](
 @always_inline
 def keep_score_gradients[space: AddressSpace](
     panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], at: Attention, head: Int, start: Int,
-    base: Int, tid: Int,
+    end: Int, base: Int, tid: Int,
 ):
     """Thread tid's share of the block's ds, from the row panel as write_weights left it in dk/dv (lines: queries
-    base …, positions: the tile's keys start …), into d_scores (kept_row: each pair a query sees, of the queries
-    whose ds it keeps). Warp w takes the lines 8w … 8w + 7, lane l the keys l and l + 32 of each: a warp reads 32
+    base …, positions: the tile's keys start … end − 1), into d_scores (kept_row: each pair a query sees, of the
+    queries whose ds it keeps; the keys past the tile are another tile's, whose rows no thread wrote here). Warp w takes the lines 8w … 8w + 7, lane l the keys l and l + 32 of each: a warp reads 32
     consecutive floats of a line and writes 32 consecutive floats of a query's row, and finds each query's span
     once."""
     var lane = tid % 32
@@ -794,16 +809,16 @@ def keep_score_gradients[space: AddressSpace](
             comptime for half in range(2):
                 var position = lane + 32 * half
                 var slot = row.slot(start + position)
-                if slot >= 0:
+                if slot >= 0 and start + position < end:
                     at.d_scores.unsafe_store(slot, panel.unsafe_load(line * LINE + position))
 
 
 def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
-    """Task (key tile, kv head): dk and dv of its 64 keys, over the heads of the group, then the queries."""
+    """Task (key tile, kv head): dk and dv of its keys (at most 64), over the heads of the group, then the queries."""
     var at = Attention(args)
-    var start = (task // at.kv_heads) * TILE
+    var start, tile_end = at.tile(task // at.kv_heads)
     var kv = task % at.kv_heads
     var group = at.heads // at.kv_heads
     var rows = scratch
@@ -815,13 +830,13 @@ def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
         var tr = (first + p) // GROUPS
         comptime for a in range(ROWS):
             var t = start + ROWS * tr + a
-            if t < at.tokens:
+            if t < tile_end:
                 var queries = at.queries_of(t)
                 team[p].low[a] = Int32(queries[0])
                 team[p].high[a] = Int32(queries[1])
     var low = at.tokens
     var high = 0
-    for r in range(min(TILE, at.tokens - start)):
+    for r in range(tile_end - start):
         var queries = at.queries_of(start + r)
         if queries[0] < queries[1]:
             low = min(low, queries[0])
@@ -847,7 +862,7 @@ def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
             sync[played]()
             if at.span_limit > 0:  # kept for the dq kernel, which reads them instead of recomputing them
                 for p in range(played):
-                    keep_score_gradients(rows, at, head, start, base, first + p)
+                    keep_score_gradients(rows, at, head, start, tile_end, base, first + p)
             block_products[D, True](team, first, base, rows, columns, at.q, q_stride, head * D, at.tokens)
             base += TILE
     for p in range(played):
@@ -857,7 +872,7 @@ def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
         if tc < lanes_of[D]():
             comptime for a in range(ROWS):
                 var t = start + ROWS * tr + a
-                if t < at.tokens:
+                if t < tile_end:
                     var task_row = t * at.kv_heads + kv
                     store_outputs[D](team[p].acc, at.dv.unsafe_offset(task_row * D), at.scale, False, tc, a)
                     store_outputs[D](team[p].acc2, at.dk.unsafe_offset(task_row * D), at.scale, True, tc, a)
@@ -883,10 +898,11 @@ def query_weights[D: Int, space: AddressSpace](
 @always_inline
 def stage_score_gradients[space: AddressSpace](
     panel: Pointer[Float32, MutUntrackedOrigin, address_space=space], at: Attention, head: Int, start: Int,
-    base: Int, tid: Int,
+    end: Int, base: Int, tid: Int,
 ):
     """Thread tid's share of the block's ds for dq, from d_scores into the row panel as query_weights would write
-    it (lines: keys base …, positions: the tile's queries start …; 0 where a query does not see the key). Warp w
+    it (lines: keys base …, positions: the tile's queries start … end − 1; 0 where a query does not see the key, and
+    past the tile). Warp w
     takes the queries start + 8w … start + 8w + 7, lane l of them 8w + l ÷ 8 and 8w + 4 + l ÷ 8, each at the keys
     base + l mod 8 + 8m: a warp reads 8 consecutive floats of each of 4 query rows (whole 32-byte sectors) and
     writes 32 distinct banks of the panel, and a thread finds its two queries' spans once."""
@@ -894,7 +910,7 @@ def stage_score_gradients[space: AddressSpace](
     comptime for half in range(2):
         var row = 8 * (tid // 32) + 4 * half + lane // 8
         var query = start + row
-        var kept = at.kept_row(query, head) if query < at.tokens else KeptRow(0, 0, 0)
+        var kept = at.kept_row(query, head) if query < end else KeptRow(0, 0, 0)
         comptime for m in range(TILE * TILE // TEAM // 2):
             var line = lane % 8 + 8 * m
             var slot = kept.slot(base + line)
@@ -904,9 +920,9 @@ def stage_score_gradients[space: AddressSpace](
 def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
-    """Task (query tile, head): dq of its 64 queries, over their keys."""
+    """Task (query tile, head): dq of its queries (at most 64), over their keys."""
     var at = Attention(args)
-    var start = (task // at.heads) * TILE
+    var start, tile_end = at.tile(task // at.heads)
     var head = task % at.heads
     var kv = head * at.kv_heads // at.heads
     var rows = scratch
@@ -918,7 +934,7 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
         var tr = (first + p) // GROUPS
         comptime for a in range(ROWS):
             var t = start + ROWS * tr + a
-            if t < at.tokens:
+            if t < tile_end:
                 var keys = at.keys_of(t)
                 team[p].low[a] = Int32(keys[0])
                 team[p].high[a] = Int32(keys[1])
@@ -927,7 +943,7 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
     var low = at.tokens
     var high = 0
     var kept = at.span_limit > 0  # whether d_scores keeps the ds of every query of the tile
-    for r in range(min(TILE, at.tokens - start)):
+    for r in range(tile_end - start):
         var keys = at.keys_of(start + r)
         if keys[0] < keys[1]:
             low = min(low, keys[0])
@@ -937,7 +953,7 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
     while base < high:
         if kept:  # the dk/dv kernel's ds: the values query_weights would compute, bit for bit
             for p in range(played):
-                stage_score_gradients(rows, at, head, start, base, first + p)
+                stage_score_gradients(rows, at, head, start, tile_end, base, first + p)
         else:
             block_scores[D, False](team, first, base, rows, columns, at.q, q_stride, head * D, start,
                                    at.k, kv_stride, kv * D, at.tokens)
@@ -957,5 +973,5 @@ def attention_backward_dq[D: Int, played: Int, space: AddressSpace](
         if tc < lanes_of[D]():
             comptime for a in range(ROWS):
                 var t = start + ROWS * tr + a
-                if t < at.tokens:
+                if t < tile_end:
                     store_outputs[D](team[p].acc, at.dq.unsafe_offset((t * at.heads + head) * D), at.scale, True, tc, a)

@@ -562,6 +562,39 @@ def attention_spans(tokens: int, seq_len: int, segments: np.ndarray | None = Non
     return np.stack([np.where(padding, index, run_begin), np.where(padding, index, run_end)], 1).astype(np.int32)
 
 
+def attention_tiles(spans: np.ndarray) -> np.ndarray:
+    """The identical attention's tiles for these spans (attention_spans), (T, 2) int32 [start, end): every run of
+    tokens that share a span (a packed segment, a sequence; consecutive padding tokens make one run) cut into
+    tiles of ATTENTION_TILE tokens from its first, its last tile shorter. A tile of the fixed grid that straddles
+    two runs walks the key blocks of both spans; these never do (the same bits: every sum belongs to one query or
+    one key). They cover every token once, so T ≤ tokens."""
+    spans = np.asarray(spans).reshape(-1, 2)
+    tokens = spans.shape[0]
+    padding = spans[:, 0] == spans[:, 1]
+    starts_run = np.ones(tokens, bool)
+    starts_run[1:] = (spans[1:] != spans[:-1]).any(1) & ~(padding[1:] & padding[:-1])
+    starts = np.flatnonzero(starts_run)
+    ends = np.r_[starts[1:], tokens]
+    counts = -(-(ends - starts) // ATTENTION_TILE)
+    run = np.repeat(np.arange(starts.size), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    begin = starts[run] + (np.arange(run.size) - first) * ATTENTION_TILE
+    return np.stack([begin, np.minimum(begin + ATTENTION_TILE, ends[run])], 1).astype(np.int32)
+
+
+def _attention_tile_count(spans: Buffer, tiles: Buffer | None, tokens: int) -> int:
+    """How many tiles a tile table holds (0 without one), checked to lie right after the spans in memory, where
+    the team kernels read it (their interface has no address left for it)."""
+    if tiles is None:
+        return 0
+    _expect(tiles, "tiles", tiles.size, np.int32)
+    if tiles.address != spans.address + spans.nbytes or tiles.size % 2 or not 0 < tiles.size <= 2 * tokens:
+        raise ValueError(f"attention tiles must be (T, 2) int32 with 0 < T ≤ {tokens}, right after the spans in one "
+                         f"allocation; got {tiles.shape} at {tiles.address:#x}, the spans ending at "
+                         f"{spans.address + spans.nbytes:#x}")
+    return tiles.size // 2
+
+
 def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: int, head_dim: int) -> int:
     if head_dim not in ATTENTION_HEAD_DIMS:
         raise ValueError(f"head_dim {head_dim} is not compiled; use one of {ATTENTION_HEAD_DIMS}")
@@ -600,10 +633,12 @@ def _attention_form(fast: bool, device, tokens: int, heads: int, head_dim: int) 
 
 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
-                      kv_heads: int, head_dim: int, causal: bool, fast: bool = False) -> None:
+                      kv_heads: int, head_dim: int, causal: bool, fast: bool = False,
+                      tiles: Buffer | None = None) -> None:
     """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (attention_spans); lse keeps each
     query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head, or per query and
-    head for a small launch (``_attention_form``).
+    head for a small launch (``_attention_form``). tiles: the tiles of attention_tiles(spans), uploaded right
+    after the spans in one allocation, for the team kernels' tasks (the same bits, fewer key blocks).
 
     fast: on a GPU, the fast-mode kernels (bf16 tensor cores, fp32 accumulation and softmax; deterministic on one
     GPU model, see mojo/kernels/attention_fast.mojo) for head dims in ATTENTION_FAST_HEAD_DIMS; on the CPU, or
@@ -613,6 +648,7 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     _expect(o, "o", q.size)
     _expect_aligned(v, o)
     _expect(lse, "lse", tokens * heads)
+    tile_count = _attention_tile_count(spans, tiles, tokens)
     operands = dict(o=o, lse=lse, q=q, k=k, v=v, spans=spans,
                     **_attention_geometry(tokens, heads, kv_heads, head_dim, causal))
     form = _attention_form(fast, q.device, tokens, heads, head_dim)
@@ -621,13 +657,14 @@ def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *
     elif form == "fast":
         _launch("attention_forward_fast", -(-tokens // ATTENTION_FAST_TILE) * heads, **operands)
     else:
-        _launch("attention_forward", -(-tokens // ATTENTION_TILE) * heads, **operands)
+        _launch("attention_forward", (tile_count or -(-tokens // ATTENTION_TILE)) * heads, tiles=tile_count,
+                **operands)
 
 
 def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buffer, lse: Buffer, q: Buffer,
                        k: Buffer, v: Buffer, *, spans: Buffer, heads: int, kv_heads: int, head_dim: int,
                        causal: bool, delta: Buffer | None = None, d_scores: Buffer | None = None,
-                       span_limit: int = 0, fast: bool = False) -> None:
+                       span_limit: int = 0, fast: bool = False, tiles: Buffer | None = None) -> None:
     """Gradients of attention_forward with respect to q, k and v (delta: a reusable [tokens, heads] workspace):
     δ = dO·o per (token, head), then dk and dv per tile of keys and kv head, then dq per tile of queries and head;
     by rows (``_attention_form``), one launch: a row per key and kv head (dk, dv), then per query and head (dq),
@@ -641,8 +678,10 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     one the dk/dv kernel meets from the key's side). The forms by rows and fast mode do not use it.
 
     fast: as in attention_forward (on a GPU and a supported head dim, the bf16 kernels after the same fp32 δ;
-    otherwise the identical kernels). o and lse may come from either mode's forward."""
+    otherwise the identical kernels). o and lse may come from either mode's forward. tiles: as in
+    attention_forward, for the dk/dv and dq team kernels."""
     tokens = _attention_sizes(q, k, spans, heads, kv_heads, head_dim)
+    tile_count = _attention_tile_count(spans, tiles, tokens)
     for name, buffer, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v), ("d_out", d_out, q), ("o", o, q)):
         _expect(buffer, name, like.size)
     _expect_aligned(v, dq, dk, dv, d_out, o)
@@ -662,13 +701,15 @@ def attention_backward(dq: Buffer, dk: Buffer, dv: Buffer, d_out: Buffer, o: Buf
     if delta is None:
         delta = q.device.empty((tokens, heads))
     _expect(delta, "delta", tokens * heads)
-    suffix, tile = ("_fast", ATTENTION_FAST_TILE) if form == "fast" else ("", ATTENTION_TILE)
-    tiles = -(-tokens // tile)
+    if form == "fast":
+        suffix, count, tile_count = "_fast", -(-tokens // ATTENTION_FAST_TILE), 0
+    else:
+        suffix, count = "", tile_count or -(-tokens // ATTENTION_TILE)
     # δ's chain on 16-byte loads (fast mode's δ kernel: the same bits) wherever a GPU has it for the head dim
     vectors = q.device.is_gpu and head_dim in ATTENTION_FAST_HEAD_DIMS
     _launch("attention_backward_delta" + ("_fast" if vectors else ""), tokens * heads, delta=delta, **operands)
-    _launch("attention_backward_dkdv" + suffix, tiles * kv_heads, delta=delta, **operands)
-    _launch("attention_backward_dq" + suffix, tiles * heads, delta=delta, **operands)
+    _launch("attention_backward_dkdv" + suffix, count * kv_heads, delta=delta, tiles=tile_count, **operands)
+    _launch("attention_backward_dq" + suffix, count * heads, delta=delta, tiles=tile_count, **operands)
 
 
 # ---- rotary positions ------------------------------------------------------------------------

@@ -17,13 +17,14 @@ from ..engine import Buffer, Device
 
 @dataclass
 class TokenInputs:
-    """n tokens on the device: ids, positions, attention spans (kernels.attention_spans), and the
-    order and offsets that group tokens by id for the embedding backward (with fast mode's chunks of the groups:
-    kernels.embedding_chunks)."""
+    """n tokens on the device: ids, positions, attention spans (kernels.attention_spans) with room after them for
+    attention's tile table (write_spans), and the order and offsets that group tokens by id for the embedding
+    backward (with fast mode's chunks of the groups: kernels.embedding_chunks)."""
 
     ids: Buffer
     positions: Buffer
     spans: Buffer
+    spans_and_tiles: Buffer  # the allocation spans views: (2n, 2), the tile table after the spans
     order: Buffer
     offsets: Buffer
     chunk_starts: Buffer
@@ -36,11 +37,20 @@ class TokenInputs:
         `rows`: the packed rows the embedding backward groups by (offsets for rows × vocabulary groups). ids: a
         buffer to take instead of a new one (a view of an upload it shares with other inputs)."""
         positions = device.empty(n if position_axes == 1 else (n, position_axes), np.int32)
+        spans_and_tiles = device.empty((2 * n, 2), np.int32)  # a tile table has at most n tiles
         return cls(ids=device.empty(n, np.int32) if ids is None else ids, positions=positions,
-                   spans=device.empty((n, 2), np.int32), order=device.empty(n, np.int32),
+                   spans=spans_and_tiles.view(0, (n, 2)), spans_and_tiles=spans_and_tiles,
+                   order=device.empty(n, np.int32),
                    offsets=device.empty(rows * vocabulary + 1, np.int32),
                    chunk_starts=device.empty(-(-n // K.EMBEDDING_CHUNK) + vocabulary + 1, np.int32),
                    id_chunks=device.empty(vocabulary + 1, np.int32))
+
+    def write_spans(self, spans: np.ndarray, tiles: np.ndarray) -> Buffer:
+        """Upload the spans and attention's tile table for them (kernels.attention_tiles) in one copy, the table
+        right after the spans, where the attention kernels read it; answers the table's buffer."""
+        both = np.concatenate([spans.reshape(-1), tiles.reshape(-1)])
+        self.spans_and_tiles.view(0, both.size).write(both)
+        return self.spans_and_tiles.view(spans.size, tiles.shape)
 
     def embed(self, out: Buffer, table: Buffer, rows: Buffer | None = None, row_of: Buffer | None = None) -> None:
         """out = table[ids], the rows of the embedding table, plus rows[row_of] where row_of ≥ 0 if given

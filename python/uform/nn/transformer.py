@@ -368,21 +368,22 @@ class TransformerStack:
             K.rmsnorm_backward(dh, work.dgain_rows, dy, x, gain, rstd, accumulate=True)
         K.column_sum(dgain, work.dgain_rows, n, width, partial=work.partial, row_length=self.row_length)
 
-    def _attention(self, spans: Buffer, work: StackWork | None = None) -> dict:
+    def _attention(self, spans: Buffer, tiles: Buffer | None, work: StackWork | None = None) -> dict:
         """attention_forward's arguments, or with the work buffers attention_backward's."""
         g = self.geometry
         geometry = dict(heads=g.heads, kv_heads=g.kv_heads, head_dim=g.head_dim, causal=g.causal, spans=spans,
-                        fast=self.fast)
+                        tiles=tiles, fast=self.fast)
         if work is not None:
             geometry["delta"] = work.delta
             if work.d_scores is not None:
                 geometry.update(d_scores=work.d_scores, span_limit=self.span_limit)
         return geometry
 
-    def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer) -> Buffer:
+    def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer,
+                tiles: Buffer | None = None) -> Buffer:
         """Run every block over the input buffer (``buffers(n).input``), each token attending within its
-        span (kernels.attention_spans); answers the output of the last block. positions is int32 (n,), or
-        (n, 3) for rotary positions on three axes (kernels.rotary)."""
+        span (kernels.attention_spans; tiles: attention's tile table, TokenInputs.write_spans); answers the output
+        of the last block. positions is int32 (n,), or (n, 3) for rotary positions on three axes (kernels.rotary)."""
         g = self.geometry
         axes = position_axes(positions)
         buffers = self.buffers(n)
@@ -397,7 +398,7 @@ class TransformerStack:
             K.rotary(b.q, positions, self.cos, self.sin, heads=g.heads, head_dim=g.head_dim, axes=axes, fast=self.fast)
             K.rotary(b.k, positions, self.cos, self.sin, heads=g.kv_heads, head_dim=g.head_dim, axes=axes,
                      fast=self.fast)
-            K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans))
+            K.attention_forward(b.o, b.lse, b.q, b.k, b.v, **self._attention(spans, tiles))
             self._round(c.o, b.o)
             self._gemm(scratch, b.o, w.wo, n, g.width, g.q_width, a16=c.o, b16=w16.wo)
             self._norm(b.m, c.m, b.rstd2, b.h_in, w.mlp_norm, residual=scratch, h=b.h_mid)
@@ -416,7 +417,7 @@ class TransformerStack:
         return work.h_out
 
     def backward(self, weights: list[LayerTensors], grads: list[LayerTensors], n: int, positions: Buffer,
-                 spans: Buffer) -> Buffer:
+                 spans: Buffer, tiles: Buffer | None = None) -> Buffer:
         """From work.dh (the gradient at the stack's output) to the gradient at its input, also in work.dh;
         every weight's gradient is overwritten in `grads`."""
         g = self.geometry
@@ -425,7 +426,7 @@ class TransformerStack:
         work = buffers.work
         dh, dx = work.dh, work.dx
         dq, dk, dv, do, du, ds = work.dq, work.dk, work.dv, work.do, work.du, work.ds
-        attention = self._attention(spans, work)
+        attention = self._attention(spans, tiles, work)
         d16 = buffers.work_copies
         self._round(d16.dh, dh)  # below the top block, the norms' backward writes dh's copy
         weights16 = self._round_weights(weights)

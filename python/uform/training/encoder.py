@@ -137,6 +137,7 @@ class StepBatch:
     late: LateBatch | None = None    # the late-interaction rows and targets, if the run trains it
     choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
     spans: np.ndarray = field(init=False)  # (rows·columns, 2) each position's attention span, made with the batch
+    tiles: np.ndarray = field(init=False)  # (T, 2) attention's tiles for the spans (kernels.attention_tiles)
 
     def __post_init__(self):
         if self.world_segments is None:
@@ -145,6 +146,7 @@ class StepBatch:
             self.world_lengths = self.segment_lengths
         rows, columns = self.tokens.shape  # here, so that a batch prepared ahead has its spans ready too
         self.spans = K.attention_spans(rows * columns, columns, self.token_segments)
+        self.tiles = K.attention_tiles(self.spans)
 
     @property
     def world_segment_count(self) -> int:
@@ -377,6 +379,7 @@ class EncoderBuffers:
     masked: CrossEntropyHead | None
     contrastive: ContrastiveBuffers | None
     media: MediaBuffers | None
+    tiles: Buffer | None = None  # attention's tile table for the batch in `tokens` (TokenInputs.write_spans)
 
 
 class EncoderModel(ResidentState):
@@ -443,7 +446,7 @@ class EncoderModel(ResidentState):
             np.repeat(batch.positions[..., None], POSITION_AXES, -1)
         tokens.positions.write(positions.reshape(n, POSITION_AXES))
         buffers.token_segments.write(batch.token_segments.reshape(-1))
-        tokens.spans.write(batch.spans)
+        buffers.tiles = tokens.write_spans(batch.spans, batch.tiles)
         media = batch.media_rows()
         if media is not None:
             self._embed_media(buffers, media)
@@ -451,7 +454,7 @@ class EncoderModel(ResidentState):
                          buffers.media.row_of)
         else:
             tokens.embed(self.stack.buffers(n).input, self.weights["embedding"])
-        h = self.stack.forward(self.layer_weights, n, tokens.positions, tokens.spans)
+        h = self.stack.forward(self.layer_weights, n, tokens.positions, tokens.spans, buffers.tiles)
         K.rmsnorm_forward(buffers.y, buffers.rstd, h, self.weights["final_norm"], NORM_EPS)
         return buffers, h
 
@@ -536,7 +539,8 @@ class EncoderModel(ResidentState):
             K.rmsnorm_backward(work.dh, work.dgain_rows, buffers.dy, h, self.weights["final_norm"], buffers.rstd)
             K.column_sum(self.weight_grads["final_norm"], work.dgain_rows, n, H, partial=work.partial,
                          row_length=rows)
-            dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans)
+            dh = self.stack.backward(self.layer_weights, self.layer_grads, n, tokens.positions, tokens.spans,
+                                     buffers.tiles)
             tokens.embedding_backward(self.weight_grads["embedding"], dh, batch.tokens, row_length=rows,
                                       partials=buffers.embedding_partials, fast=self.fast)
             if g.media:
