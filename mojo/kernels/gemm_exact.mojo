@@ -1572,16 +1572,23 @@ def fused_pays(M: Int, N: Int, K: Int, requested: Int) -> Bool:
     return requested > 0 or fused_splits(M, N, K, 0) == 1
 
 
-def fused_columns(K: Int, splits: Int) -> Int:
-    """The fused kernel's tile width: 256 for an unsplit k of at least 4096 (its products dominate: the most of
-    them per staged byte), else 128 (two blocks a multiprocessor: one block's folds and reconstruction overlap the
-    other's products)."""
-    return 256 if K >= 4096 and splits == 1 else 128
+def fused_columns(M: Int, N: Int, K: Int, splits: Int, ranges: Bool = False) -> Int:
+    """The fused kernel's tile width: 256 for a product of at least 4096 k that its block reconstructs itself (its
+    products dominate: the most of them per staged byte): an unsplit k, or each of `ranges` where their wide blocks
+    make at least 2·FUSED_BLOCKS (four waves of one a multiprocessor); else 128 (two blocks a multiprocessor: one
+    block's folds and reconstruction overlap the other's products; a split k's ranges are summed by
+    exact_fused_splits_summed on tiles of 128). On the H200 (bench/RESULTS.md, 2026-12-01 04:25) ranges of 4096 over
+    65536 k ran 6–9 % faster wide at 3072 × 768 and 768 × 3072 (1152 blocks), 7 % slower at 768 × 768 (288)."""
+    if K // splits < 4096:
+        return 128
+    if splits == 1:
+        return 256
+    return 256 if ranges and splits * fused_tiles(M, N, 256) >= 2 * FUSED_BLOCKS else 128
 
 
-def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int) -> Int:
+def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int, ranges: Bool = False) -> Int:
     """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles), modulus and split."""
-    var columns = fused_columns(K, splits)
+    var columns = fused_columns(M, N, K, splits, ranges)
     return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns
 
 
@@ -1972,10 +1979,10 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     var args = FusedProduct(c, i32_at(a_exponents), i32_at(b_exponents), residues, M, N, K, bits, accumulate, splits,
                             ranges).args()
     var a_map = residue_map[FUSED_ROWS](dev, a_residues, M, K, moduli)
-    if fused_columns(K, splits) == 256:
+    if fused_columns(M, N, K, splits, ranges) == 256:
         comptime wide = FusedTile[256]
         launch_gpu_mapped_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
-            dev, fused_tiles(M, N, 256), args, a_map, residue_map[256](dev, b_residues, N, K, moduli)
+            dev, splits * fused_tiles(M, N, 256), args, a_map, residue_map[256](dev, b_residues, N, K, moduli)
         )
         return
     comptime narrow = FusedTile[128]
@@ -2023,8 +2030,8 @@ def ranged_workspace_bytes(M: Int, N: Int, K: Int, range_length: Int, gpu: Bool,
     if ranged_together(K, range_length, gpu, fused):
         var moduli = moduli_count(range_length)
         return (moduli * (M + N) * K + exponents_bytes(ranges * M) + exponents_bytes(ranges * N)
-                + exponents_bytes(exponent_blocks(K) * max(M, N)) + fused_scratch_bytes(M, N, K, moduli, ranges)
-                + partials)
+                + exponents_bytes(exponent_blocks(K) * max(M, N))
+                + fused_scratch_bytes(M, N, K, moduli, ranges, ranges=True) + partials)
     var last = K - (ranges - 1) * range_length
     return partials + max(residue_workspace_bytes(M, N, range_length, 0, gpu),
                           residue_workspace_bytes(M, N, last, 0, gpu))
@@ -2082,7 +2089,7 @@ def ranges_fused[moduli: Int](
     var b_exponents = b_residues + moduli * N * K
     var maxima = b_exponents + exponents_bytes(ranges * N)
     var residues = maxima + exponents_bytes(exponent_blocks(K) * max(M, N))
-    var partials = residues + fused_scratch_bytes(M, N, K, moduli, ranges)
+    var partials = residues + fused_scratch_bytes(M, N, K, moduli, ranges, ranges=True)
     if not a_ready:
         residue_planes[moduli](dev, a_residues, a_exponents, maxima, a, M, K, 1, M, bits, range_length)
     residue_planes[moduli](dev, b_residues, b_exponents, maxima, b, N, K, 1, N, bits, range_length)
