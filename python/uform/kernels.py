@@ -570,9 +570,12 @@ def attention_tiles(spans: np.ndarray) -> np.ndarray:
     one key). They cover every token once, so T ≤ tokens."""
     spans = np.asarray(spans).reshape(-1, 2)
     tokens = spans.shape[0]
-    padding = spans[:, 0] == spans[:, 1]
+    begin = np.ascontiguousarray(spans[:, 0])
+    padding = begin == spans[:, 1]
+    # a run's tokens share its begin; a padding token's begin is its own index, so padding runs are merged
     starts_run = np.ones(tokens, bool)
-    starts_run[1:] = (spans[1:] != spans[:-1]).any(1) & ~(padding[1:] & padding[:-1])
+    np.not_equal(begin[1:], begin[:-1], out=starts_run[1:])
+    starts_run[1:] &= ~(padding[1:] & padding[:-1])
     starts = np.flatnonzero(starts_run)
     ends = np.r_[starts[1:], tokens]
     counts = -(-(ends - starts) // ATTENTION_TILE)
