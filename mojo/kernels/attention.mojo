@@ -28,9 +28,9 @@ takes no part in any sum.
 Every kernel but δ is a team kernel (`launch_teams`): a task is a tile of at most 64 consecutive tokens ×
 one head (the 64 tokens from 64·i; or, given a tile table, `Attention.tile`, each run of tokens that share a span
 cut into tiles from its first token, so that no tile walks the blocks of two spans: the bits are the same, since
-every sum belongs to one query or one key), computed by a team of 256 threads (16 row groups tr × 16 column groups tc): thread (tr, tc) owns
-the tile's rows 4tr … 4tr+3 and, of each 64-token block of the other side, the score columns tc,
-tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each chunk of min(D, 64) dims
+every sum belongs to one query or one key), computed by a team of 256 threads (16 row groups tr × 16 column
+groups tc): thread (tr, tc) owns the tile's rows 4tr … 4tr+3 and, of each 64-token block of the other side,
+the score columns tc, tc+16, tc+32, tc+48, and the output columns W·tc … W·tc + W − 1 of each chunk of min(D, 64) dims
 (W = min(D, 64)/16: 4, or 2 for D = 32, 1 for D = 16; for D = 8, 8 column groups of 1),
 as in a SIMT GEMM. Operands are staged 64 tokens × 64 dims at a time in two shared panels; the
 probabilities (or ds) of a block go back to a panel as the left operand of the output products. The
@@ -797,9 +797,9 @@ def keep_score_gradients[space: AddressSpace](
 ):
     """Thread tid's share of the block's ds, from the row panel as write_weights left it in dk/dv (lines: queries
     base …, positions: the tile's keys start … end − 1), into d_scores (kept_row: each pair a query sees, of the
-    queries whose ds it keeps; the keys past the tile are another tile's, whose rows no thread wrote here). Warp w takes the lines 8w … 8w + 7, lane l the keys l and l + 32 of each: a warp reads 32
-    consecutive floats of a line and writes 32 consecutive floats of a query's row, and finds each query's span
-    once."""
+    queries whose ds it keeps; the keys past the tile are another tile's, whose rows no thread wrote here). Warp w
+    takes the lines 8w … 8w + 7, lane l the keys l and l + 32 of each: a warp reads 32 consecutive floats of a line
+    and writes 32 consecutive floats of a query's row, and finds each query's span once."""
     var lane = tid % 32
     comptime for m in range(TILE * TILE // TEAM // 2):
         var line = 8 * (tid // 32) + m
@@ -816,7 +816,8 @@ def keep_score_gradients[space: AddressSpace](
 def attention_backward_dkdv[D: Int, played: Int, space: AddressSpace](
     task: Int, first: Int, args: Args, scratch: Pointer[Float32, MutUntrackedOrigin, address_space=space]
 ):
-    """Task (key tile, kv head): dk and dv of its keys (at most 64), over the heads of the group, then the queries."""
+    """Task (key tile, kv head): dk and dv of its keys (at most 64), over the heads of the group, then the
+    queries."""
     var at = Attention(args)
     var start, tile_end = at.tile(task // at.kv_heads)
     var kv = task % at.kv_heads
@@ -902,10 +903,10 @@ def stage_score_gradients[space: AddressSpace](
 ):
     """Thread tid's share of the block's ds for dq, from d_scores into the row panel as query_weights would write
     it (lines: keys base …, positions: the tile's queries start … end − 1; 0 where a query does not see the key, and
-    past the tile). Warp w
-    takes the queries start + 8w … start + 8w + 7, lane l of them 8w + l ÷ 8 and 8w + 4 + l ÷ 8, each at the keys
-    base + l mod 8 + 8m: a warp reads 8 consecutive floats of each of 4 query rows (whole 32-byte sectors) and
-    writes 32 distinct banks of the panel, and a thread finds its two queries' spans once."""
+    past the tile). Warp w takes the queries start + 8w … start + 8w + 7, lane l of them 8w + l ÷ 8 and
+    8w + 4 + l ÷ 8, each at the keys base + l mod 8 + 8m: a warp reads 8 consecutive floats of each of 4 query rows
+    (whole 32-byte sectors) and writes 32 distinct banks of the panel, and a thread finds its two queries' spans
+    once."""
     var lane = tid % 32
     comptime for half in range(2):
         var row = 8 * (tid // 32) + 4 * half + lane // 8
