@@ -551,6 +551,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         rows_of[fast_producers.rmsnorm_backward_bf16](m, k, "rmsnorm_backward_bf16",
                                                        fast_producers.RMSNORM_BACKWARD_BF16)
         elements[pointwise.unary_math](m, k, "unary_math", pointwise.UNARY_MATH)
+        elements[pointwise.silu](m, k, "silu", pointwise.SILU)
         elements[pointwise.silu_backward](m, k, "silu_backward", pointwise.SILU_BACKWARD)
         elements[pointwise.add](m, k, "add", pointwise.ADD)
         elements[pointwise.scale](m, k, "scale", pointwise.SCALE)

@@ -59,7 +59,11 @@ def case_unary(device: uform.Device, seed: int, op: str):
         x = np.maximum(x, np.float32(-0.999))
     y = device.empty(x.shape)
     K.unary(op, y, device.put(x))
-    return {op: (y.numpy(), unary_reference(op, f64(x)), 4e-7)}
+    outputs = {op: (y.numpy(), unary_reference(op, f64(x)), 4e-7)}
+    if op == "silu":  # its own kernel too (kernels.silu)
+        K.silu(y, device.put(x))
+        outputs["silu_kernel"] = (y.numpy(), unary_reference(op, f64(x)), 4e-7)
+    return outputs
 
 
 def unary_reference(op: str, x: np.ndarray) -> np.ndarray:

@@ -20,6 +20,18 @@ def test_kernel_matches_float64_reference(device, name, case, kwargs):
         assert error <= tolerance, f"{name}/{output_name}: relative error {error:.3g} > {tolerance:.3g}"
 
 
+def test_silu_kernel_gives_unary_silus_bits(device):
+    """kernels.silu, SiLU's kernel of its own, and unary("silu") compute the same function: the same bits over
+    normal, large, tiny and subnormal values, signed zeros, infinities and NaN (as the canonical NaN)."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.standard_normal(4099) * 6, rng.standard_normal(64) * 200, [0.0, -0.0, np.inf, -np.inf,
+                        np.nan, 1e-40, -1e-40, 88.0, -104.0]]).astype(np.float32)
+    xb, own, generic = device.put(x), device.empty(x.shape), device.empty(x.shape)
+    K.silu(own, xb)
+    K.unary("silu", generic, xb)
+    assert np.array_equal(own.numpy().view(np.uint32), generic.numpy().view(np.uint32))
+
+
 @pytest.mark.parametrize("summed", [False, True], ids=["apart", "summed"])
 @pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("m,sizes,shared,accumulate", [
