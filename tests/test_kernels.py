@@ -361,6 +361,30 @@ def test_attention_backward_refuses_a_d_scores_that_does_not_fit(device):
     assert (dq.numpy() == 7.0).all()
 
 
+def test_attention_refuses_a_tile_table_it_cannot_read(device):
+    """The tile table must be whole int32 (start, end) pairs, at most one a token, right after the spans in one
+    allocation (where the kernels read it): each refused, naming it, before any launch (o and dq keep their
+    values)."""
+    rng = np.random.default_rng(3)
+    q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, 8, 2, 1, 16))
+    spans = K.attention_spans(8, 8)
+    layout = device.put(np.concatenate([spans, K.attention_tiles(spans), np.zeros((8, 2), np.int32)]))
+    apart = device.put(K.attention_tiles(spans))
+    o, dq = device.put(np.full((8, 32), 7.0, np.float32)), device.put(np.full((8, 32), 7.0, np.float32))
+    lse, dk, dv = device.empty((8, 2)), device.empty((8, 16)), device.empty((8, 16))
+    geometry = dict(spans=layout.view(0, spans.shape), heads=2, kv_heads=1, head_dim=16, causal=False)
+    for tiles, error, message in (
+            (apart, ValueError, "attention tiles must be .* right after the spans"),
+            (layout.view(16, (9, 2)), ValueError, r"attention tiles must be \(T, 2\) int32 with 0 < T ≤ 8"),
+            (layout.view(16, 3), ValueError, "tiles must hold 2 values, holds 3"),
+            (layout.view(16, (1, 2), np.float32), TypeError, "tiles must be int32, got float32")):
+        with pytest.raises(error, match=message):
+            K.attention_forward(o, lse, q, k, v, **geometry, tiles=tiles)
+        with pytest.raises(error, match=message):
+            K.attention_backward(dq, dk, dv, d_out, o, lse, q, k, v, **geometry, tiles=tiles)
+    assert (o.numpy() == 7.0).all() and (dq.numpy() == 7.0).all()
+
+
 def test_an_unknown_attention_form_is_refused(device, monkeypatch):
     """UFORM_ATTENTION other than rows or teams is refused, naming it, before any launch."""
     monkeypatch.setenv("UFORM_ATTENTION", "row")

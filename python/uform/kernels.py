@@ -592,12 +592,13 @@ def _attention_tile_count(spans: Buffer, tiles: Buffer | None, tokens: int) -> i
     the team kernels read it (their interface has no address left for it)."""
     if tiles is None:
         return 0
-    _expect(tiles, "tiles", tiles.size, np.int32)
-    if tiles.address != spans.address + spans.nbytes or tiles.size % 2 or not 0 < tiles.size <= 2 * tokens:
+    count = tiles.size // 2
+    _expect(tiles, "tiles", 2 * count, np.int32)  # whole (start, end) pairs
+    if tiles.address != spans.address + spans.nbytes or not 0 < count <= tokens:
         raise ValueError(f"attention tiles must be (T, 2) int32 with 0 < T ≤ {tokens}, right after the spans in one "
                          f"allocation; got {tiles.shape} at {tiles.address:#x}, the spans ending at "
                          f"{spans.address + spans.nbytes:#x}")
-    return tiles.size // 2
+    return count
 
 
 def _attention_sizes(q: Buffer, k: Buffer, spans: Buffer, heads: int, kv_heads: int, head_dim: int) -> int:
