@@ -3,7 +3,9 @@
 The digests were first recorded on the code of 6fd5b48, before the resident-state refactor (issue 17), on the
 CPU engine, and re-recorded when attention took its block-canonical order (issue 13: blocks of 64 keys
 from each span's start, an online softmax per block) and when the encoder's sums over tokens took one partial
-per packed row combined by the row tree (issue 15: split-independent reductions; the LM's unchanged). They must
+per packed row combined by the row tree (issue 15: split-independent reductions; the LM's unchanged), and when
+text corruption's draws became Philox words for every segment at once (issue 13: the host's step time; the
+encoder's only, as the run masks text). They must
 never change without a numerics change: a
 refactor that moves a launch, splits an AdamW run differently or reorders a reduction shows up here as a
 different digest. The LM digests
@@ -17,7 +19,7 @@ import numpy as np
 import uform
 from uform.lm import LanguageModelConfig, LanguageModelTrainer
 
-ENCODER_TENSORS_SHA256 = "aecc7ddc03c6ff7f14026ceaf745ce8c3369772ceae32cff3caf982d105d31e0"
+ENCODER_TENSORS_SHA256 = "1092edc3e11c4afc4effecb195ec3b93bf62cb8ca11aacf6cf81a17312b8109b"
 LM_JSON_SHA256 = "bb610ae455d87e83770cdf4816403f43ef95d6110f08c63c858af0246906ceee"
 LM_BINARY_SHA256 = "c2279c926dfda26efcc39ba9cd03b86add99dcb9bdea5d8707e5163b5d188b62"
 

@@ -9,9 +9,9 @@ An item of ``n`` patches has exactly ``k`` masked:
 ``ratio`` is ``Masking.image_mask_ratio`` for images and ``video_mask_ratio`` for
 video (0.75 derived). Which ``k`` is a uniform draw without replacement: the
 first ``k`` entries of ``rng.permutation(n)``, where ``rng`` is
-:func:`uform.training.masking.corruption_generator` of ``(seed, step, item)`` --
-the generator text corruption keys the same way (an item has one modality, so
-no two draws share a key). The draw depends on nothing else, so every device
+:func:`uform.training.masking.corruption_generator` of ``(seed, step, item)``,
+a numpy generator under the key of text corruption's words (an item has one
+modality, so no two draws share a key). The draw depends on nothing else, so every device
 and host masks an item alike, wherever packing puts it.
 """
 

@@ -5,37 +5,50 @@ For each packed segment of ``n`` bytes (after truncation):
 1. **How much.** ``k = floor(p * n + u)`` positions are covered, ``p`` being
    ``token_mask_probability`` and ``u`` uniform in [0, 1): stochastic rounding,
    so coverage is ``p`` in expectation even for segments shorter than ``1 / p``.
-2. **Spans.** Span lengths are drawn geometric on {1, 2, ...} with mean
-   ``token_mean_span`` until they reach ``k``; the last is clipped so they sum
-   to exactly ``k``. If the ``n - k`` uncovered bytes cannot separate them all,
-   the trailing spans merge into one.
+2. **Spans.** Span lengths ``L_j`` (j = 0, 1, ...) are geometric on {1, 2, ...}
+   with mean ``m = token_mean_span``, taken until they reach ``k``; the last is
+   clipped so they sum to exactly ``k``. ``L_j = 1 + #{t in 1 .. k - 1 : U_j <
+   q^t}`` for a uniform ``U_j``, with ``q = 1 - 1/m`` and ``q^t`` the running
+   float64 product ``q · q · ...`` (``P(L > t) = q^t``: the geometric law by
+   inversion, with no logarithm whose last bit could differ between hosts). If
+   the ``n - k`` uncovered bytes cannot separate the spans, the trailing ones
+   merge into one.
 3. **Where.** The ``n - k`` uncovered bytes are split into the gaps before,
-   between and after the spans -- every gap between two spans at least one byte,
-   so spans never touch and keep their drawn lengths -- by sorted uniform cut
-   points over the spare bytes.
-4. **What shows.** Every covered position draws ``v`` uniform in [0, 1), then
-   every covered position draws a byte uniform in 0..255: ``v <
-   replace_fraction`` shows ``MASK``, ``v < replace_fraction + random_fraction``
-   shows its drawn byte (which may equal the original), and the rest show the
-   original byte.
+   between and after the ``c`` spans -- every gap between two spans at least one
+   byte, so spans never touch and keep their drawn lengths -- by ``c`` sorted
+   uniform cut points in 0 .. ``spare``, ``spare = n - k - (c - 1)`` being the
+   bytes left after the separators.
+4. **What shows.** Covered position ``i`` draws ``v_i`` uniform in [0, 1) and a
+   byte ``b_i`` uniform in 0..255: ``v < replace_fraction`` shows ``MASK``, ``v <
+   replace_fraction + random_fraction`` shows ``b_i`` (which may equal the
+   original), and the rest show the original byte.
 
 Targets are the original byte at every covered position and ``IGNORED_TARGET``
 (-1) everywhere else, padding included, so the loss reads covered positions only.
 
-Every draw for a segment comes, in the order above, from
-``numpy.random.Generator(numpy.random.Philox(key=[seed, (step << 32) | item]))``
-where ``item`` is the item's index in the step (plus ``item_offset``, the index
-of the process's first item when several processes feed one step). The draws
-depend only on (seed, step, item) and the segment's length, so an item is
-corrupted the same way whatever else shares its batch, wherever packing places
-it, and on whatever host computes it (numpy keeps a ``Generator``'s streams
-stable within a version, not promised across versions); the next step draws
-afresh.
+**The draws.** Every draw is a word of Philox4x64-10 (:mod:`.philox`) under the
+key ``[seed, (step << 32) | item]``, ``item`` being the item's index in the step
+(plus ``item_offset``, the index of the process's first item when several
+processes feed one step). Word ``w`` of stream ``s`` is lane ``w mod 4`` of the
+block at counter ``[w div 4, s, 0, 0]``; a uniform is the word's top 53 bits
+times 2⁻⁵³, a cut point in 0 .. ``spare`` is ``(word >> 32) · (spare + 1) >> 32``,
+a byte is the word's low 8 bits. The streams are:
+
+- 0: word 0 is ``u`` (step 1);
+- 1: word ``j`` is ``U_j`` (step 2);
+- 2: word ``j`` is the ``j``-th cut point, before sorting (step 3);
+- 3: word ``i`` gives ``v_i`` (top bits) and ``b_i`` (low bits) (step 4).
+
+A draw depends only on (seed, step, item), the segment's length and its index,
+so an item is corrupted the same way whatever else shares its batch, wherever
+packing places it, and on whatever host or numpy version computes it (the words
+are the algorithm's, with no library stream behind them); the next step draws
+afresh. Having no state, the draws of every segment of a step are computed at
+once.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np
@@ -43,87 +56,94 @@ import numpy as np
 from .config import Masking
 from .errors import ErrorCode, UFormError
 from .packing import Packed
+from .philox import below, stream_words, uniforms
 from .vocabulary import BYTE_COUNT, IGNORED_TARGET, MASK
 
 _UINT32_LIMIT = 1 << 32
 _UINT64_LIMIT = 1 << 64
+COVERAGE_STREAM, SPAN_STREAM, CUT_STREAM, SHOWN_STREAM = 0, 1, 2, 3
+
+
+def _check_key(seed: int, step: int, items: np.ndarray) -> None:
+    """Refuses a seed, step or item index that does not fit the key ``[seed, (step << 32) | item]``."""
+    checks = (("seed", operator.index(seed), _UINT64_LIMIT), ("step", operator.index(step), _UINT32_LIMIT))
+    if items.size:
+        checks += (("item", int(items.min()), _UINT32_LIMIT), ("item", int(items.max()), _UINT32_LIMIT))
+    for name, value, limit in checks:
+        if not 0 <= value < limit:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
 
 
 def _corruption_key(seed: int, step: int, item: int) -> np.ndarray:
     """The Philox key of ``item``'s draws at ``step``: [seed, (step << 32) | item]."""
-    seed, step, item = operator.index(seed), operator.index(step), operator.index(item)
-    for name, value, limit in (("seed", seed, _UINT64_LIMIT), ("step", step, _UINT32_LIMIT),
-                               ("item", item, _UINT32_LIMIT)):
-        if not 0 <= value < limit:
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
+    _check_key(seed, step, np.array([operator.index(item)]))
     return np.array([seed, (step << 32) | item], dtype=np.uint64)
 
 
 def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
-    """The generator every corruption draw of ``item`` at ``step`` comes from."""
+    """A numpy generator under ``item``'s key at ``step`` (media masking draws its patches from it)."""
     return np.random.Generator(np.random.Philox(key=_corruption_key(seed, step, item)))
 
 
-def _span_lengths(rng: np.random.Generator, covered: int, mean_span: float) -> np.ndarray:
-    """Geometric span lengths of mean ``mean_span``, the last clipped so they sum to ``covered``.
+class _Segments:
+    """Segmented arrays: ``counts[s]`` entries for segment ``s``, back to back in segment order."""
 
-    Lengths are drawn in batches of ``int(covered / mean_span * 1.5) + 8`` until they reach ``covered``.
-    """
-    draws = int(covered / mean_span * 1.5) + 8
-    spans = rng.geometric(1.0 / mean_span, size=draws)
-    reach = spans.cumsum()
-    while reach[-1] < covered:
-        spans = np.concatenate([spans, rng.geometric(1.0 / mean_span, size=draws)])
-        reach = spans.cumsum()
-    last = int(np.searchsorted(reach, covered))
-    spans = spans[:last + 1]
-    spans[-1] -= reach[last] - covered
-    return spans
+    def __init__(self, counts: np.ndarray):
+        self.first = np.cumsum(counts) - counts
+        self.owner = np.repeat(np.arange(counts.size), counts)
+        self.index = np.arange(self.owner.size) - self.first[self.owner]  # each entry's index in its segment
+
+    def exclusive_sums(self, values: np.ndarray) -> np.ndarray:
+        """Each entry's sum of the entries before it in its segment."""
+        running = np.cumsum(values) - values
+        return running - running[self.first[self.owner]]
 
 
-def _covered_indices(rng: np.random.Generator, length: int, masking: Masking) -> np.ndarray:
-    """The covered positions of steps 1-3 of the module doc, ascending: span i covers ``spans[i]`` positions
-    from its start, which lies after the gaps before it and the spans before it."""
-    covered = math.floor(masking.token_mask_probability * length + rng.random())
-    if covered == 0:
-        return np.empty(0, np.int64)
-    spans = _span_lengths(rng, covered, masking.token_mean_span)
-    free = length - covered
-    if spans.size - 1 > free:
-        spans = np.append(spans[:free], spans[free:].sum())
-    spare = free - (spans.size - 1)
-    cuts = np.sort(rng.integers(0, spare + 1, size=spans.size))
-    gaps_before = cuts + np.arange(spans.size)  # the uncovered positions before span i: cut i, plus i separators
-    return np.arange(covered) + np.repeat(gaps_before, spans)
+def _span_lengths(span_words: np.ndarray, covered: np.ndarray, lengths: np.ndarray,
+                  mean_span: float) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2 for every segment from its ``k`` words of stream 1: ``(spans, counts)``, the span lengths back to
+    back, clipped and merged."""
+    if span_words.size == 0:
+        return np.empty(0, np.int64), np.zeros_like(covered)
+    draws = _Segments(covered)  # at most k spans, each at least 1 byte
+    # thresholds q^t for t = 1 .. max k - 1, descending; L - 1 counts those above U (at most k - 1 of them)
+    thresholds = np.multiply.accumulate(np.full(int(covered.max()) - 1, 1.0 - 1.0 / mean_span))
+    above = thresholds.size - np.searchsorted(thresholds[::-1], uniforms(span_words), side="right")
+    limit = covered[draws.owner]
+    drawn = 1 + np.minimum(above, limit - 1)
+    before = draws.exclusive_sums(drawn)
+    kept = before < limit  # spans that start before k: a prefix, as every draw is at least 1
+    spans, owner, index = np.minimum(drawn, limit - before)[kept], draws.owner[kept], draws.index[kept]
+    counts = np.bincount(owner, minlength=covered.size)
+    # spans from index n - k on merge into one, so that the n - k uncovered bytes can separate them
+    free = lengths - covered
+    merged_counts = np.minimum(counts, free + 1)
+    group = (np.cumsum(merged_counts) - merged_counts)[owner] + np.minimum(index, free[owner])
+    return np.bincount(group, weights=spans, minlength=int(merged_counts.sum())).astype(np.int64), merged_counts
 
 
-def covered_positions(rng: np.random.Generator, length: int, masking: Masking) -> np.ndarray:
-    """A boolean mask over ``length`` positions: the spans of steps 1-3 of the module doc."""
-    mask = np.zeros(length, bool)
-    mask[_covered_indices(rng, length, masking)] = True
-    return mask
-
-
-def _corrupt_into(rng: np.random.Generator, inputs: np.ndarray, targets: np.ndarray, masking: Masking) -> None:
-    """Steps 1-4 of the module doc for one segment, in place: ``inputs`` (its tokens) corrupted, ``targets``
-    (all ``IGNORED_TARGET``) set at the covered positions."""
-    where = _covered_indices(rng, inputs.size, masking)
-    shown = rng.random(where.size)
-    random_bytes = rng.integers(0, BYTE_COUNT, size=where.size, dtype=np.int32)
-    original = inputs[where]
-    targets[where] = original
-    masked = shown < masking.replace_fraction
-    randomized = shown < masking.replace_fraction + masking.random_fraction
-    inputs[where] = np.where(masked, MASK, np.where(randomized, random_bytes, original))
-
-
-def corrupt_segment(rng: np.random.Generator, tokens: np.ndarray,
-                    masking: Masking) -> tuple[np.ndarray, np.ndarray]:
-    """``(inputs, targets)`` for one segment's tokens, drawn from ``rng`` as the module doc orders."""
-    inputs = tokens.copy()
-    targets = np.full(tokens.size, IGNORED_TARGET, np.int32)
-    _corrupt_into(rng, inputs, targets, masking)
-    return inputs, targets
+def _covered_offsets(seed: int, key1: np.ndarray, lengths: np.ndarray,
+                     masking: Masking) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 1-3 for every segment: ``(covered, offsets, shown_words)``: each segment's k, its covered positions
+    (ascending offsets into the segment) and their words of stream 3, both back to back in segment order."""
+    # streams 0, 1 and 3 in one call, 1 and 3 up to the most k can be (u < 1), then each segment's first k
+    p = masking.token_mask_probability
+    most = np.minimum(np.floor(p * lengths).astype(np.int64) + 1, lengths)
+    segments = lengths.size
+    words = stream_words(seed, np.tile(key1, 3), np.repeat([COVERAGE_STREAM, SPAN_STREAM, SHOWN_STREAM], segments),
+                         np.concatenate([np.ones_like(most), most, most]))
+    u, span_words, shown_words = np.split(words, [segments, segments + int(most.sum())])
+    covered = np.floor(p * lengths + uniforms(u)).astype(np.int64)
+    drawn = _Segments(most)
+    first_k = drawn.index < covered[drawn.owner]
+    spans, counts = _span_lengths(span_words[first_k], covered, lengths, masking.token_mean_span)
+    by_span = _Segments(counts)
+    spare = lengths - covered - np.maximum(counts - 1, 0)
+    cuts = below(stream_words(seed, key1, CUT_STREAM, counts), spare[by_span.owner] + 1)
+    # sort the cuts within each segment: segments are already in order, so one sort of (segment, cut) does it
+    cuts = np.sort((by_span.owner << 32) | cuts) & (_UINT32_LIMIT - 1)
+    starts = cuts + by_span.index + by_span.exclusive_sums(spans)  # cut i, i separators and the spans before i
+    return covered, np.repeat(starts, spans) + _Segments(spans).index, shown_words[first_k]
 
 
 def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset: int = 0,
@@ -140,17 +160,18 @@ def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset:
     inputs = packed.tokens.copy().reshape(-1)
     targets = np.full(inputs.size, IGNORED_TARGET, np.int32)
     segments = np.arange(packed.segment_count) if text_segments is None else np.flatnonzero(text_segments)
-    begins = (packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]).tolist()
-    lengths = packed.segment_length[segments].tolist()
-    items = (item_offset + packed.item_of_segment[segments].astype(np.int64)).tolist()
-    # corruption_generator(seed, step, item) for each segment, by setting one Philox to the state a fresh one has
-    # under that key (its counter at zero, nothing buffered): the same draws, without building a generator each
-    bit_generator = np.random.Philox(key=np.zeros(2, np.uint64))
-    fresh = bit_generator.state
-    generator = np.random.Generator(bit_generator)
-    for begin, length, item in zip(begins, lengths, items):
-        fresh["state"]["key"] = _corruption_key(seed, step, item)
-        bit_generator.state = fresh
-        end = begin + length
-        _corrupt_into(generator, inputs[begin:end], targets[begin:end], masking)
+    begins = packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]
+    lengths = packed.segment_length[segments].astype(np.int64)
+    items = operator.index(item_offset) + packed.item_of_segment[segments].astype(np.int64)
+    _check_key(seed, step, items)
+    key1 = (np.uint64(step) << np.uint64(32)) | items.astype(np.uint64)
+    covered, offsets, words = _covered_offsets(seed, key1, lengths, masking)
+    where = np.repeat(begins, covered) + offsets
+    shown = uniforms(words)
+    random_bytes = (words % np.uint64(BYTE_COUNT)).astype(np.int32)
+    original = inputs[where]
+    targets[where] = original
+    masked = shown < masking.replace_fraction
+    randomized = shown < masking.replace_fraction + masking.random_fraction
+    inputs[where] = np.where(masked, MASK, np.where(randomized, random_bytes, original))
     return inputs.reshape(packed.tokens.shape), targets.reshape(packed.tokens.shape)
