@@ -70,65 +70,69 @@ class Packed:
         return int(self.item_of_segment.size)
 
 
-def _place_first_fit(fill: np.ndarray, lengths: np.ndarray,
-                     max_columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(rows, starts, new_fill)`` placing every length first-fit over ``fill``; None if one does not fit."""
+def _place_first_fit(fill: list[int], lengths: list[int],
+                     max_columns: int) -> tuple[list[int], list[int], list[int]] | None:
+    """``(rows, starts, new_fill)`` placing every length first-fit over the rows' ``fill``; None if one does not
+    fit. Plain lists: a bag is a few segments over a few dozen rows, where numpy's per-call cost dominates."""
     fill = fill.copy()
-    rows = np.empty(lengths.size, np.int64)
-    starts = np.empty(lengths.size, np.int64)
-    for k, length in enumerate(lengths):
-        room = np.flatnonzero(fill <= max_columns - length)
-        if room.size == 0:
+    rows, starts = [], []
+    for length in lengths:
+        limit = max_columns - length
+        row = next((row for row, used in enumerate(fill) if used <= limit), None)
+        if row is None:
             return None
-        rows[k], starts[k] = room[0], fill[room[0]]
-        fill[room[0]] += length
+        rows.append(row)
+        starts.append(fill[row])
+        fill[row] += length
     return rows, starts, fill
 
 
-def _bag_members(bags: np.ndarray) -> list[np.ndarray]:
-    """Item indices of every bag, bags in order of their first item, members in item order."""
+def _bag_members(bags: np.ndarray | None, item_count: int) -> list[list[int]]:
+    """Item indices of every bag, bags in order of their first item, members in item order (None: every item
+    its own bag)."""
+    if bags is None:
+        return [[item] for item in range(item_count)]
     if bags.size == 0:
         return []
     _, first, inverse = np.unique(bags, return_index=True, return_inverse=True)
     rank = np.empty_like(first)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)
     order = np.argsort(rank[inverse], kind="stable")
-    return np.split(order, np.cumsum(np.bincount(rank[inverse], minlength=first.size))[:-1])
+    return [members.tolist() for members in
+            np.split(order, np.cumsum(np.bincount(rank[inverse], minlength=first.size))[:-1])]
 
 
-def _place_in_a_block(fill: np.ndarray, lengths: np.ndarray, max_columns: int,
-                      block_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _place_in_a_block(fill: list[int], lengths: list[int], max_columns: int,
+                      block_rows: int) -> tuple[list[int], list[int], list[int]] | None:
     """``_place_first_fit`` within the first block of ``block_rows`` rows that holds every length."""
-    for begin in range(0, fill.size, block_rows):
+    for begin in range(0, len(fill), block_rows):
         placement = _place_first_fit(fill[begin:begin + block_rows], lengths, max_columns)
         if placement is not None:
             rows, starts, block_fill = placement
-            fill = fill.copy()
-            fill[begin:begin + block_rows] = block_fill
-            return rows + begin, starts, fill
+            return [row + begin for row in rows], starts, fill[:begin] + block_fill + fill[begin + block_rows:]
     return None
 
 
-def _place_bags(lengths: np.ndarray, bags: np.ndarray, max_rows: int, max_columns: int, max_segments: int,
+def _place_bags(lengths: np.ndarray, bags: np.ndarray | None, max_rows: int, max_columns: int, max_segments: int,
                 max_bags: int, block_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """``(item_of_segment, segment_row, segment_start, dropped)``: every bag placed whole or dropped whole."""
-    fill = np.zeros(max_rows, np.int64)
-    items, rows, starts = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    segment_count = bag_count = dropped = 0
-    for members in _bag_members(bags):
+    fill = [0] * max_rows
+    lengths = lengths.tolist()
+    items, rows, starts = [], [], []
+    bag_count = dropped = 0
+    for members in _bag_members(bags, len(lengths)):
         placement = None
-        if segment_count + members.size <= max_segments and (max_bags == 0 or bag_count < max_bags):
-            placement = _place_in_a_block(fill, lengths[members], max_columns, block_rows)
+        if len(items) + len(members) <= max_segments and (max_bags == 0 or bag_count < max_bags):
+            placement = _place_in_a_block(fill, [lengths[item] for item in members], max_columns, block_rows)
         if placement is None:
-            dropped += members.size
+            dropped += len(members)
             continue
         bag_rows, bag_starts, fill = placement
-        items.append(members)
-        rows.append(bag_rows)
-        starts.append(bag_starts)
-        segment_count += members.size
+        items += members
+        rows += bag_rows
+        starts += bag_starts
         bag_count += 1
-    return np.concatenate(items), np.concatenate(rows), np.concatenate(starts), int(dropped)
+    return (np.array(items, np.int64), np.array(rows, np.int64), np.array(starts, np.int64), dropped)
 
 
 def token_ids(content: bytes | np.ndarray) -> np.ndarray:
@@ -148,8 +152,8 @@ def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_
     bag within one block of that many rows (a device's, in a world of several).
     """
     item_count = len(contents)
-    bags = np.arange(item_count) if bags is None else np.asarray(bags)
-    if bags.shape != (item_count,):
+    bags = None if bags is None else np.asarray(bags)
+    if bags is not None and bags.shape != (item_count,):
         raise UFormError(ErrorCode.SHAPE_MISMATCH, f"bags: {bags.size} entries for {item_count} items")
     full_lengths = np.fromiter(map(len, contents), np.int64, count=item_count)
     lengths = np.minimum(full_lengths, max_columns)
