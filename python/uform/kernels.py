@@ -549,19 +549,25 @@ def attention_spans(tokens: int, seq_len: int, segments: np.ndarray | None = Non
     """Each token's attention block [begin, end) as int32 (tokens, 2): its whole sequence of seq_len
     tokens, or with `segments` (one id per token, −1 for padding) the run of equal ids around it inside
     its sequence; a padding token's block is empty. A segment must be one contiguous run."""
-    index = np.arange(tokens)
     if segments is None:
-        begin = index // seq_len * seq_len
+        begin = np.arange(tokens) // seq_len * seq_len
         return np.stack([begin, begin + seq_len], 1).astype(np.int32)
     segments = np.asarray(segments).reshape(-1)
     if segments.size != tokens:
         raise ValueError(f"segments must hold {tokens} ids, holds {segments.size}")
-    starts = (index % seq_len == 0) | np.r_[True, segments[1:] != segments[:-1]]
-    run_begin = np.maximum.accumulate(np.where(starts, index, 0))
-    ends = np.r_[starts[1:], True]
-    run_end = np.minimum.accumulate(np.where(ends, index + 1, tokens)[::-1])[::-1]
-    padding = segments < 0
-    return np.stack([np.where(padding, index, run_begin), np.where(padding, index, run_end)], 1).astype(np.int32)
+    # a run starts at each sequence's first token and wherever the id changes; every token takes its run's bounds
+    starts = np.empty(tokens, bool)
+    starts[0] = True
+    np.not_equal(segments[1:], segments[:-1], out=starts[1:])
+    starts[::seq_len] = True
+    first = np.flatnonzero(starts).astype(np.int32)
+    run = np.cumsum(starts, dtype=np.int32) - 1
+    spans = np.empty((tokens, 2), np.int32)
+    spans[:, 0] = first[run]
+    spans[:, 1] = np.append(first[1:], np.int32(tokens))[run]
+    padding = np.flatnonzero(segments < 0).astype(np.int32)
+    spans[padding] = padding[:, None]
+    return spans
 
 
 def attention_tiles(spans: np.ndarray) -> np.ndarray:
