@@ -427,6 +427,27 @@ def gemm_exact_workspace(
                                               Bool(py=gpu), Bool(py=fused)))
 
 
+def gemm_shared_a_workspace(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject,
+                            gpu: PythonObject) raises -> PythonObject:
+    """Bytes of the workspace of exact products of one A apart (gemm_exact_shared_a_on) over the terms' n in the list
+    N: the product of their columns joined where it runs them so (gemm_exact.columns_joined), else the largest
+    product's."""
+    var m = Int(py=M)
+    var k = Int(py=K)
+    var k_range = Int(py=range_length)
+    var on_gpu = Bool(py=gpu)
+    var terms = Int(py=len(N))
+    var columns = 0
+    var largest = 0
+    for t in range(terms):
+        var n = Int(py=N[t])
+        columns += n
+        largest = max(largest, exact_workspace_bytes(m, n, k, 0, k_range, on_gpu, True))
+    if gemm_exact.columns_joined(k, k_range, terms, on_gpu):
+        return PythonObject(exact_workspace_bytes(m, columns, k, 0, k_range, on_gpu, True))
+    return PythonObject(largest)
+
+
 def gemm_summed_workspace(M: PythonObject, N: PythonObject, K: PythonObject, gpu: PythonObject) raises -> PythonObject:
     """Bytes of the workspace of summed exact products (gemm_exact_summed_on) over the terms' k in the list K."""
     var terms = Int(py=len(K))
@@ -536,6 +557,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product_group]("gemm_group")
         m.def_function[gemm_summed_workspace]("gemm_summed_workspace")
+        m.def_function[gemm_shared_a_workspace]("gemm_shared_a_workspace")
         m.def_function[product[exact_product]]("gemm_exact")
         m.def_function[product[exact_residue_product]]("gemm_exact_residues")
         m.def_function[product[exact_fused_product]]("gemm_exact_fused")

@@ -33,7 +33,7 @@ from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
 from engine.launch import Args, DevicePtr, Interface, cpu_parallel_for, launch_elements, launch_index
 from engine.target import HAS_ACCELERATOR
-from kernels.tree_sum import tree_sum
+from kernels.tree_sum import TreeSum, tree_sum
 
 
 @always_inline
@@ -684,12 +684,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     else:
         gemm_cpu[transpose_a, transpose_b](dev, target, a, b, M, N, K, chunks, length, accumulate and chunks == 1)
     if chunks > 1:
-        var args = Args.empty()  # SUM_CHUNKS and TREE_SUM
-        args.addresses[0] = Int64(Int(c))
-        args.addresses[1] = Int64(Int(partials))
-        args.sizes[0] = Int64(M * N)
-        args.sizes[1] = Int64(chunks)
-        args.sizes[2] = Int64(1 if accumulate else 0)
+        var args = TreeSum(c, partials, M * N, chunks, accumulate, 0, 0).args()  # SUM_CHUNKS reads the same slots
         if range_length > 0:
             launch_elements[tree_sum, gpu_lanes=1](dev, M * N, args)  # its stack of partials a lane: 1 a GPU thread
         else:

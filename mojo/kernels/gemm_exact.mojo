@@ -48,7 +48,7 @@ from max.gpu.primitives.warp import shuffle_down, shuffle_idx, shuffle_xor
 from engine.numerics import CANONICAL_NAN, scale_by_power_of_two
 from engine.target import HAS_ACCELERATOR, HAS_HOPPER, HAS_NVIDIA
 from kernels.gemm import transposed
-from kernels.tree_sum import tree_sum
+from kernels.tree_sum import TreeSum, tree_sum
 from _cublas.cublas import Algorithm, ComputeType, check_cublas_error, cublasGemmStridedBatchedEx, cublasOperation_t
 from _cublas.dtype import DataType
 from linalg.matmul.vendor.blas import _get_global_handle
@@ -464,7 +464,9 @@ comptime EXPONENT_BLOCK = 64  # k one partial_maxima task reads
 @fieldwise_init
 struct PartialMaxima(ImplicitlyCopyable, Movable):
     """partial_maxima's operands: the bits of the largest magnitudes (int32) of blocks of EXPONENT_BLOCK k of `lines`
-    lines of x, laid out as LimbPrep's; with k cut into `ranges` equal ranges of per_range blocks, in ranges."""
+    lines of x, laid out as LimbPrep's; with k cut into `ranges` equal ranges of per_range blocks, in ranges. A
+    block's maxima of the lines lie `apart` apart: `lines`, or more where these lines are some of an operand's
+    joined along its lines (ranges_fused), whose place the caller's `partial` gives."""
 
     var partial: I32Ptr
     var x: F32Ptr
@@ -474,6 +476,7 @@ struct PartialMaxima(ImplicitlyCopyable, Movable):
     var lines: Int
     var ranges: Int
     var per_range: Int
+    var apart: Int
 
     @always_inline
     def __init__(out self, args: Args):
@@ -485,6 +488,7 @@ struct PartialMaxima(ImplicitlyCopyable, Movable):
         self.lines = args.size(3)
         self.ranges = args.size(4)
         self.per_range = args.size(5)
+        self.apart = args.size(6)
 
     def args(self) -> Args:
         var args = Args.empty()
@@ -496,6 +500,7 @@ struct PartialMaxima(ImplicitlyCopyable, Movable):
         args.sizes[3] = Int64(self.lines)
         args.sizes[4] = Int64(self.ranges)
         args.sizes[5] = Int64(self.per_range)
+        args.sizes[6] = Int64(self.apart)
         return args
 
 
@@ -503,8 +508,8 @@ def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
     b·lines + line finds the largest magnitude's bits among elements [64b, 64(b + 1)) of line `line`
     (EXPONENT_BLOCK), so neighbouring tasks read neighbouring floats and a long line spreads over many tasks. It
-    stores them at partial[task]; or, with k cut into equal ranges of per_range blocks, block j of range r at
-    partial[(j·ranges + r)·lines + line], so that range r's maxima of a line lie ranges·lines apart from r·lines +
+    stores them at partial[b·apart + line]; or, with k cut into equal ranges of per_range blocks, block j of range r
+    at partial[(j·ranges + r)·apart + line], so that range r's maxima of a line lie ranges·apart apart from r·apart +
     line on (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
     var maxima = PartialMaxima(args)
     var lines = maxima.lines
@@ -513,9 +518,9 @@ def partial_maxima(task: Int, args: Args):
     var b = task // lines
     var first = b * EXPONENT_BLOCK
     var x = maxima.x.unsafe_offset(line * maxima.line_stride)
-    var index = task
+    var index = b * maxima.apart + line
     if per_range > 0:
-        index = (b % per_range * maxima.ranges + b // per_range) * lines + line
+        index = (b % per_range * maxima.ranges + b // per_range) * maxima.apart + line
     var end = min(maxima.length, first + EXPONENT_BLOCK)
     maxima.partial.unsafe_store(index, Int32(largest_magnitude(x, first, end, 1, maxima.element_stride)))
 
@@ -526,7 +531,9 @@ struct ResiduePlanes(ImplicitlyCopyable, Movable):
     """The residue passes' operands (exact_residues, exact_line_planes, exact_residues_across): `lines` lines of x,
     laid out as LimbPrep's, cut with their exponents (int32 a line, or with k cut into ranges of range_length a
     range of a line: exponent_at) into `bits`-bit fixed-point values, whose int8 residues go to `residues` (line l's
-    residues modulo MODULI[i] at k_offset of line i·lines + l of plane_line bytes)."""
+    residues modulo MODULI[i] at line i·plane_lines + l of plane_line bytes). plane_lines is `lines`, or more where
+    these lines are some of an operand's joined along its lines (ranges_fused); the caller's `residues` and
+    `exponents` then give their place, as `residues` gives where a term's k begin in a line (joined_planes)."""
 
     var residues: I8Ptr
     var exponents: I32Ptr
@@ -538,7 +545,7 @@ struct ResiduePlanes(ImplicitlyCopyable, Movable):
     var lines: Int
     var range_length: Int
     var plane_line: Int
-    var k_offset: Int
+    var plane_lines: Int
 
     @always_inline
     def __init__(out self, args: Args):
@@ -552,7 +559,7 @@ struct ResiduePlanes(ImplicitlyCopyable, Movable):
         self.lines = args.size(4)
         self.range_length = args.size(5)
         self.plane_line = args.size(6)
-        self.k_offset = args.size(7)
+        self.plane_lines = args.size(7)
 
     def args(self) -> Args:
         var args = Args.empty()
@@ -566,7 +573,7 @@ struct ResiduePlanes(ImplicitlyCopyable, Movable):
         args.sizes[4] = Int64(self.lines)
         args.sizes[5] = Int64(self.range_length)
         args.sizes[6] = Int64(self.plane_line)
-        args.sizes[7] = Int64(self.k_offset)
+        args.sizes[7] = Int64(self.plane_lines)
         return args
 
     @always_inline
@@ -577,14 +584,14 @@ struct ResiduePlanes(ImplicitlyCopyable, Movable):
     @always_inline
     def exponent_at(self, line: Int, k: Int) -> Int32:
         """The exponent that element k of line `line` is cut with: the line's, or with k cut into ranges of
-        range_length (a product per range) its range's, at exponents[range·lines + line]."""
-        var index = line if self.range_length == 0 else k // self.range_length * self.lines + line
+        range_length (a product per range) its range's, at exponents[range·plane_lines + line]."""
+        var index = line if self.range_length == 0 else k // self.range_length * self.plane_lines + line
         return self.exponents.unsafe_load(index)
 
     @always_inline
     def residue_line(self, i: Int, line: Int) -> I8Ptr:
-        """Where the residues of line `line` modulo MODULI[i] begin (k_offset, then k)."""
-        return self.residues.unsafe_offset((i * self.lines + line) * self.plane_line + self.k_offset)
+        """Where the residues of line `line` modulo MODULI[i] begin."""
+        return self.residues.unsafe_offset((i * self.plane_lines + line) * self.plane_line)
 
     @always_inline
     def store_residues[moduli: Int](self, line: Int, first: Int, group: FixedGroup):
@@ -728,9 +735,9 @@ def exact_residues[moduli: Int](task: Int, args: Args):
     """For lines whose elements are contiguous (element_stride 1): task line·groups + g takes k values
     [16g, 16g + 16) of line `line` of x (as exact_prep takes it, cut with exponent_at's e) and stores the symmetric
     residues of their fixed-point values modulo each of the first `moduli` MODULI at
-    residues[(i·lines + line)·plane_line + k_offset + k] (int8; the padding, and every residue of a non-finite
-    line, zero), so a line's groups lie side by side (plane_line: padded(length), or longer where the line is one
-    part of a concatenated k, which starts at k_offset: gemm_exact_summed_on)."""
+    residues[(i·plane_lines + line)·plane_line + k] (int8; the padding, and every residue of a non-finite line,
+    zero), so a line's groups lie side by side (plane_line: padded(length), or longer where the line is one part of
+    a concatenated k, which starts where the caller's `residues` points: gemm_exact_summed_on)."""
     var planes = ResiduePlanes(args)
     var groups = padded(planes.length) // RESIDUE_GROUP
     # a 32-bit division where the index allows it: a GPU emulates the 64-bit one in ~70 instructions
@@ -749,7 +756,7 @@ comptime LINE_PLANES_MIN_LINES = 8192  # the fewest lines that take exact_line_p
 
 def exact_line_planes[moduli: Int, lanes: Int](line: Int, lane: Int, args: Args):
     """line_exponents and exact_residues in one pass over a line whose elements are contiguous (element_stride 1, no
-    k ranges, a k_offset of 0; ResiduePlanes): `lanes` threads take the line (LINE_LANES on a GPU, a
+    k ranges, the planes' lines these; ResiduePlanes): `lanes` threads take the line (LINE_LANES on a GPU, a
     half-warp; 1 on the CPU, where launch_grouped needs a body but no product calls it: the CPU's exact GEMM cuts
     its own planes, wide_planes), lane l its groups of 16 k l, l + lanes, …; they find the line's largest magnitude
     (shuffled among the 16 lanes: a maximum of bit patterns, so any order gives line_exponents' bits), store its
@@ -1183,8 +1190,13 @@ def gemm_exact_shared_a_on[transpose_a: Bool, transpose_b: Bool, terms: Int](
     products: Int, K: Int, accumulate: Bool, workspace: Int, range_length: Int,
 ) raises:
     """The first `products` of up to `terms` exact products of one A, C_t (+)= op(A)·op(B_t) (q, k and v of one
-    input; their weight gradients by rows), each as the identical GEMM runs it alone (the fused form at its own
-    split of k), A's residue planes found once on a GPU: the same bits. `workspace` holds the largest product's."""
+    input; their weight gradients by rows), each with the bits the identical GEMM gives it alone (the fused form at
+    its own split of k), A's residue planes found once on a GPU; where their k ranges run together, as one product
+    of their columns joined (columns_joined). `workspace` holds uform_engine's gemm_shared_a_workspace."""
+    if columns_joined(K, range_length, products, dev[].is_gpu()):
+        comptime if transpose_a and not transpose_b:
+            ranges_fused_on(dev, c, a, b, M, N, products, K, accumulate, workspace, range_length, False)
+            return
     for t in range(products):
         gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
             dev, c[t], a, b[t], M, N[t], K, accumulate, workspace, fused_splits(M, N[t], K, 0), range_length, t > 0
@@ -1323,8 +1335,8 @@ def joined_planes[moduli: Int, terms: Int, wide: Bool = False](
             wide_planes(dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1, 1 if along else lines,
                         bits, padded(k.extent), k.offset(t))
         else:
-            line_residues[moduli](dev, residues, exponents, x[t], lines, k.k[t], k.k[t] if along else 1,
-                                  1 if along else lines, bits, 0, padded(k.extent), k.offset(t))
+            line_residues[moduli](dev, residues + k.offset(t), exponents, x[t], lines, k.k[t],
+                                  k.k[t] if along else 1, 1 if along else lines, bits, 0, padded(k.extent), lines)
 
 
 def joined_line_exponents[terms: Int](
@@ -1356,32 +1368,63 @@ def reconstruct[moduli: Int, wide: Bool](
 
 def residue_planes[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int,
-    line_stride: Int, element_stride: Int, bits: Int, range_length: Int = 0,
+    line_stride: Int, element_stride: Int, bits: Int,
 ) raises:
     """The lines' exponents (line_exponents_on), then their residue planes: where a line's elements are contiguous,
     a task a group of 16 k (exact_residues), else a team a tile of 32 lines × 64 k (exact_residues_across): a
-    warp's reads are contiguous either way, and so are its stores of residues. With a range_length, each range of
-    k is cut with its own exponents (exponent_at). Enough contiguous lines without ranges take both steps in one
-    kernel, which reads each line from memory once (exact_line_planes, LINE_PLANES_MIN_LINES)."""
-    if element_stride == 1 and range_length == 0 and lines >= LINE_PLANES_MIN_LINES:
+    warp's reads are contiguous either way, and so are its stores of residues. Enough contiguous lines take both
+    steps in one kernel, which reads each line from memory once (exact_line_planes, LINE_PLANES_MIN_LINES). k cut
+    into ranges: ranged_planes."""
+    if element_stride == 1 and lines >= LINE_PLANES_MIN_LINES:
         var planes = ResiduePlanes(I8Ptr(unsafe_from_address=residues), i32_at(exponents), x, length, line_stride,
-                                   element_stride, bits, lines, 0, padded(length), 0)
+                                   element_stride, bits, lines, 0, padded(length), lines)
         launch_grouped[LINE_LANES, exact_line_planes[moduli, LINE_LANES], whole_line_planes[moduli]](dev, lines,
                                                                                                    planes.args())
         return
-    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride, range_length)
-    line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, range_length,
-                          padded(length), 0)
+    line_exponents_on(dev, exponents, partial, x, lines, length, line_stride, element_stride)
+    line_residues[moduli](dev, residues, exponents, x, lines, length, line_stride, element_stride, bits, 0,
+                          padded(length), lines)
+
+
+def ranged_planes[moduli: Int, terms: Int](
+    dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Array[Int, terms],
+    count: Int, length: Int, bits: Int, range_length: Int,
+) raises:
+    """residue_planes for the columns of Aᵀ·B's operands (x_t's lines lie `lines_t` apart, its k rows of them one
+    after another), k cut into equal ranges of range_length whole blocks of EXPONENT_BLOCK (ranges_fused), each cut
+    with its own exponents (exponent_at), of the first `count` operands joined along their lines: x_0's lines, then
+    x_1's, … (B_0 | B_1 | …: the columns of products of one A, joined). Each operand's partial maxima at its first
+    line of the joined layout, one pass over them for every range's exponents at exponents[range·lines + line]
+    (lines: the total), then each operand's residues at its lines of the joined planes. A range of a line is a line
+    of maxima, so a long range spreads over many tasks (with a task a range, a weight gradient of 768 × 768 over
+    ranges of 8192 tokens ran 2.56 ms on the H200 against 1.69 this way)."""
+    if range_length % EXPONENT_BLOCK != 0 or length % range_length != 0:
+        raise Error("ranged_planes: k ranges must be equal and whole blocks of EXPONENT_BLOCK")
+    var per_range = range_length // EXPONENT_BLOCK
+    var ranges = length // range_length
+    var total = 0
+    for t in range(count):
+        total += lines[t]
+    var first = 0
+    for t in range(count):
+        _ = partial_maxima_on(dev, partial + 4 * first, x[t], lines[t], length, 1, lines[t], per_range, total)
+        first += lines[t]
+    exponents_of_maxima(dev, exponents, partial, ranges * total, per_range, ranges * total)
+    first = 0
+    for t in range(count):
+        line_residues[moduli](dev, residues + first * padded(length), exponents + 4 * first, x[t], lines[t], length, 1,
+                              lines[t], bits, range_length, padded(length), total)
+        first += lines[t]
 
 
 def line_residues[moduli: Int](
     dev: DevicePtr, residues: Int, exponents: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
-    element_stride: Int, bits: Int, range_length: Int, plane_line: Int, k_offset: Int,
+    element_stride: Int, bits: Int, range_length: Int, plane_line: Int, plane_lines: Int,
 ) raises:
-    """residue_planes' second step, the lines' exponents found: each line's residues at k_offset of its line of
-    plane_line bytes in each plane (exact_residues, exact_residues_across)."""
+    """residue_planes' second step, the lines' exponents found: each line's residues from `residues` on, in lines of
+    plane_line bytes, plane_lines of them a plane (exact_residues, exact_residues_across; ResiduePlanes)."""
     var planes = ResiduePlanes(I8Ptr(unsafe_from_address=residues), i32_at(exponents), x, length, line_stride,
-                               element_stride, bits, lines, range_length, plane_line, k_offset).args()
+                               element_stride, bits, lines, range_length, plane_line, plane_lines).args()
     var groups = padded(length) // RESIDUE_GROUP
     if element_stride == 1:
         launch_index[exact_residues[moduli]](dev, lines * groups, planes)
@@ -1394,27 +1437,17 @@ def line_residues[moduli: Int](
 
 def line_exponents_on(
     dev: DevicePtr, exponents: Int, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int,
-    element_stride: Int, range_length: Int = 0,
+    element_stride: Int,
 ) raises:
     """exponents[line] = e of each line. Where a line's elements are contiguous, a GPU warp takes a line
     (line_exponents); else the lines' partial maxima over blocks of EXPONENT_BLOCK k (partial_maxima, into
     `partial`: exponent_blocks(length)·lines values; a partial maximum's bits are a magnitude's, so line_exponents
-    over them finds the line's e). With a range_length (equal ranges of whole blocks, as ranges_fused cuts k), the
-    e of each range of each line, at exponents[range·lines + line], from the range's blocks: a range of a line is a
-    line of maxima, so a long range spreads over many tasks too (with a task a range, a weight gradient of 768 × 768
-    over ranges of 8192 tokens ran 2.56 ms on the H200 against 1.69 this way)."""
-    if range_length == 0 and element_stride == 1:
+    over them finds the line's e). k cut into ranges: ranged_planes."""
+    if element_stride == 1:
         contiguous_line_exponents(dev, exponents, x, lines, length, line_stride, False)
-    elif range_length == 0:
+    else:
         var blocks = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride)
         exponents_of_maxima(dev, exponents, partial, lines, blocks, lines)
-    else:
-        if range_length % EXPONENT_BLOCK != 0 or length % range_length != 0:
-            raise Error("line_exponents_on: k ranges must be equal and whole blocks of EXPONENT_BLOCK")
-        var per_range = range_length // EXPONENT_BLOCK
-        var ranges = length // range_length
-        _ = partial_maxima_on(dev, partial, x, lines, length, line_stride, element_stride, per_range)
-        exponents_of_maxima(dev, exponents, partial, ranges * lines, per_range, ranges * lines)
 
 
 def contiguous_line_exponents(
@@ -1435,13 +1468,15 @@ def exponents_of_maxima(dev: DevicePtr, exponents: Int, partial: Int, lines: Int
 
 def partial_maxima_on(
     dev: DevicePtr, partial: Int, x: F32Ptr, lines: Int, length: Int, line_stride: Int, element_stride: Int,
-    per_range: Int = 0,
+    per_range: Int = 0, apart: Int = 0,
 ) raises -> Int:
-    """partial[b·lines + line] = the bits of line `line`'s largest magnitude over k [64b, 64(b + 1)) (EXPONENT_BLOCK),
-    or with per_range > 0 in partial_maxima's layout of k ranges; answers the number of blocks."""
+    """partial[b·apart + line] = the bits of line `line`'s largest magnitude over k [64b, 64(b + 1)) (EXPONENT_BLOCK),
+    or with per_range > 0 in partial_maxima's layout of k ranges; apart: `lines` (0), or more for lines joined with
+    others' (PartialMaxima). Answers the number of blocks."""
     var blocks = exponent_blocks(length)
     var ranges = blocks // per_range if per_range > 0 else 0
-    var maxima = PartialMaxima(i32_at(partial), x, length, line_stride, element_stride, lines, ranges, per_range)
+    var maxima = PartialMaxima(i32_at(partial), x, length, line_stride, element_stride, lines, ranges, per_range,
+                               apart if apart > 0 else lines)
     launch_index[partial_maxima](dev, blocks * lines, maxima.args())
     return blocks
 
@@ -2044,57 +2079,95 @@ def gemm_exact_ranges_on[transpose_a: Bool, transpose_b: Bool, fused: Bool](
     """C (+)= T(P_0, P_1, …) with P_r the exact product of k range r ([r·L, min((r + 1)·L, K)), L = range_length)
     and T the row tree (then C0 added once, as kernels.gemm's k ranges do); `workspace` holds
     ranged_workspace_bytes(M, N, K, L, dev[].is_gpu(), fused). a_ready (gemm_exact_residues_on's): taken where the
-    ranges run together; one range at a time finds A's planes range by range anyway."""
+    ranges run together (ranges_fused_on); one range at a time finds A's planes range by range anyway."""
     comptime if not transpose_a or transpose_b:
         raise Error("gemm_exact: k ranges are for Aᵀ·B products")
+    if ranged_together(K, range_length, dev[].is_gpu(), fused):
+        ranges_fused_on(dev, Array[F32Ptr, 1](fill=c), a, Array[F32Ptr, 1](fill=b), M, Array[Int, 1](fill=N), 1, K,
+                        accumulate, workspace, range_length, a_ready)
+        return
     var ranges = (K + range_length - 1) // range_length
     var partials = workspace
-    if ranged_together(K, range_length, dev[].is_gpu(), fused):
-        comptime if HAS_HOPPER and fused:
-            if moduli_count(range_length) == 11:
-                partials = ranges_fused[11](dev, a, b, M, N, K, range_length, workspace, a_ready)
-            else:
-                partials = ranges_fused[12](dev, a, b, M, N, K, range_length, workspace, a_ready)
+    var rest = workspace + partials_bytes(ranges, M, N)
+    for r in range(ranges):
+        var first = r * range_length
+        var length = min(range_length, K - first)
+        # a(m, k) at k·M + m and b(k, n) at k·N + n: range r's operands start at row `first`; the fused form at its
+        # own split (never fused_pays' cuBLAS, which a recorded device graph cannot hold)
+        gemm_exact_residues_on[True, False, fused](dev, f32_at(partials + 4 * r * M * N), a.unsafe_offset(first * M),
+                                                   b.unsafe_offset(first * N), M, N, length, False, rest,
+                                                   fused_splits(M, N, length, 0))
+    tree_of_ranges(dev, c, partials, M, N, ranges, accumulate, N)
+
+
+def tree_of_ranges(dev: DevicePtr, c: F32Ptr, partials: Int, M: Int, N: Int, ranges: Int, accumulate: Bool,
+                   stride: Int) raises:
+    """C (+)= the row tree over the ranges' partials of C's M × N outputs, C's rows `stride` floats apart in a
+    partial (N; or the joined columns' total, `partials` at C's first column: ranges_fused_on)."""
+    var sum = TreeSum(c, f32_at(partials), M * N, ranges, accumulate, 0 if stride == N else N, stride)
+    launch_elements[tree_sum, gpu_lanes=1](dev, M * N, sum.args())  # its stack of partials a lane: 1 a GPU thread
+
+
+def columns_joined(K: Int, range_length: Int, products: Int, gpu: Bool) -> Bool:
+    """Whether gemm_exact_shared_a_on runs products of one A as one product of their B's columns joined (ranges_fused_on):
+    several Aᵀ·B products whose k ranges run together (ranged_together), so that their blocks share the GPU's waves
+    (the weight gradients of q, k and v over ranges of 4096 tokens: 576 blocks of 128 × 128 each, 2.2 waves of 264
+    apiece; joined, 864 blocks of 128 × 256)."""
+    return products > 1 and 0 < range_length < K and ranged_together(K, range_length, gpu, True)
+
+
+def ranges_fused_on[terms: Int](
+    dev: DevicePtr, c: Array[F32Ptr, terms], a: F32Ptr, b: Array[F32Ptr, terms], M: Int, N: Array[Int, terms],
+    products: Int, K: Int, accumulate: Bool, workspace: Int, range_length: Int, a_ready: Bool,
+) raises:
+    """C_t (+)= the row tree over every range's exact product of Aᵀ·B_t, for the first `products` B_t, the ranges of
+    all of them in one fused launch over their columns joined (ranges_fused), then the tree of each C_t's columns.
+    A product's bits are its own whatever it is joined with: an output's exact sum, exponents and rounding are its
+    row's and column's alone. `workspace` holds ranged_workspace_bytes of the joined M × (N_0 + N_1 + …) product."""
+    comptime if HAS_HOPPER:
+        var partials: Int
+        if moduli_count(range_length) == 11:
+            partials = ranges_fused[11](dev, a, b, M, N, products, K, range_length, workspace, a_ready)
+        else:
+            partials = ranges_fused[12](dev, a, b, M, N, products, K, range_length, workspace, a_ready)
+        var total = 0
+        for t in range(products):
+            total += N[t]
+        var first = 0
+        for t in range(products):
+            tree_of_ranges(dev, c[t], partials + 4 * first, M, N[t], K // range_length, accumulate, total)
+            first += N[t]
     else:
-        var rest = workspace + partials_bytes(ranges, M, N)
-        for r in range(ranges):
-            var first = r * range_length
-            var length = min(range_length, K - first)
-            # a(m, k) at k·M + m and b(k, n) at k·N + n: range r's operands start at row `first`; the fused form
-            # at its own split (never fused_pays' cuBLAS, which a recorded device graph cannot hold)
-            gemm_exact_residues_on[True, False, fused](dev, f32_at(partials + 4 * r * M * N),
-                                                       a.unsafe_offset(first * M), b.unsafe_offset(first * N), M, N,
-                                                       length, False, rest, fused_splits(M, N, length, 0))
-    var args = Args.empty()  # TREE_SUM
-    args.addresses[0] = Int64(Int(c))
-    args.addresses[1] = Int64(partials)
-    args.sizes[0] = Int64(M * N)
-    args.sizes[1] = Int64(ranges)
-    args.sizes[2] = Int64(1 if accumulate else 0)
-    launch_elements[tree_sum, gpu_lanes=1](dev, M * N, args)  # its stack of partials a lane: 1 a GPU thread
+        raise Error("gemm_exact: k ranges run together only on a Hopper GPU")
 
 
-def ranges_fused[moduli: Int](
-    dev: DevicePtr, a: F32Ptr, b: F32Ptr, M: Int, N: Int, K: Int, range_length: Int, workspace: Int, a_ready: Bool
+def ranges_fused[moduli: Int, terms: Int](
+    dev: DevicePtr, a: F32Ptr, b: Array[F32Ptr, terms], M: Int, N: Array[Int, terms], products: Int, K: Int,
+    range_length: Int, workspace: Int, a_ready: Bool,
 ) raises -> Int:
-    """Every range's exact product of an Aᵀ·B product together (GPU, fused kernel): the ranges' exponents and the
-    planes of the whole k cut range by range (residue_planes with the range_length; A's unless a_ready), then one
-    fused launch whose splits are the ranges, each block reconstructing its range's partial. Answers where the
-    partials are (range r's M·N floats at r·M·N): after everything else, so that A's part comes first, whatever N."""
+    """Every range's exact product of Aᵀ·B, B the first `products` B_t joined along their columns, together (GPU,
+    fused kernel): the ranges' exponents and the planes of the whole k cut range by range (ranged_planes; A's unless
+    a_ready), then one fused launch whose splits are the ranges, each block reconstructing its range's partial.
+    Answers where the partials are (range r's M × (N_0 + N_1 + …) floats at r·M·(N_0 + N_1 + …)): after everything
+    else, so that A's part comes first, whatever N."""
     var ranges = K // range_length
     var bits = bits_per_side(range_length)
+    var columns = 0
+    for t in range(products):
+        columns += N[t]
     var a_residues = workspace  # A's part first, as in residue_product
     var a_exponents = a_residues + moduli * M * K
     var b_residues = a_exponents + exponents_bytes(ranges * M)
-    var b_exponents = b_residues + moduli * N * K
-    var maxima = b_exponents + exponents_bytes(ranges * N)
-    var residues = maxima + exponents_bytes(exponent_blocks(K) * max(M, N))
-    var partials = residues + fused_scratch_bytes(M, N, K, moduli, ranges, ranges=True)
+    var b_exponents = b_residues + moduli * columns * K
+    var maxima = b_exponents + exponents_bytes(ranges * columns)
+    var residues = maxima + exponents_bytes(exponent_blocks(K) * max(M, columns))
+    var partials = residues + fused_scratch_bytes(M, columns, K, moduli, ranges, ranges=True)
     if not a_ready:
-        residue_planes[moduli](dev, a_residues, a_exponents, maxima, a, M, K, 1, M, bits, range_length)
-    residue_planes[moduli](dev, b_residues, b_exponents, maxima, b, N, K, 1, N, bits, range_length)
-    fused_products[moduli](dev, f32_at(partials), a_residues, b_residues, a_exponents, b_exponents, residues, M, N,
-                           K, bits, False, ranges, ranges=True)
+        ranged_planes[moduli](dev, a_residues, a_exponents, maxima, Array[F32Ptr, 1](fill=a), Array[Int, 1](fill=M), 1,
+                              K, bits, range_length)
+    ranged_planes[moduli](dev, b_residues, b_exponents, maxima, b, N, products, K, bits, range_length)
+    fused_products[moduli](dev, f32_at(partials), a_residues, b_residues, a_exponents, b_exponents, residues, M,
+                           columns, K, bits, False, ranges, ranges=True)
     return partials
 
 

@@ -216,6 +216,13 @@ def _gemm_summed_workspace_bytes(m: int, n: int, ks: tuple[int, ...], gpu: bool)
     return int(_engine.gemm_summed_workspace(m, n, list(ks), bool(gpu)))
 
 
+@functools.lru_cache(maxsize=1024)
+def _gemm_shared_a_workspace_bytes(m: int, ns: tuple[int, ...], k: int, k_range: int, gpu: bool) -> int:
+    """Bytes of the workspace of exact products of one A apart (``gemm_group``): the largest product's, or where
+    their k ranges run together on a GPU, the product of their columns joined."""
+    return int(_engine.gemm_shared_a_workspace(m, list(ns), k, int(k_range), bool(gpu)))
+
+
 def _overlap(x: Buffer, y: Buffer) -> bool:
     """Whether two buffers (or views) of one device share any byte."""
     return x.address < y.address + y.nbytes and y.address < x.address + x.nbytes
@@ -370,7 +377,9 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     after another (mojo/kernels/gemm.mojo, gemm_group_on). Products apart that the exact GEMM's shape rule takes
     run one after another too, by ``gemm``, unless all of them are exact and of one A (q, k and v of one input,
     their weight gradients): then one call, which on a GPU finds A's residue planes once where it finds them for a
-    whole product (gemm_exact_shared_a_on: unranged, or k ranges of whole stages run together).
+    whole product (gemm_exact_shared_a_on: unranged, or k ranges of whole stages run together), and runs products
+    whose k ranges run together as one product of their B's columns joined, so that their blocks share the GPU's
+    waves (the same bits: an output's exact sum and rounding are its row's and column's alone).
     Layouts and k_range as ``gemm`` (summed exact products take no k ranges)."""
     terms = len(cs)
     if not 1 <= terms <= 3 or not len(as_) == len(bs) == len(ns) == len(ks) == terms:
@@ -408,12 +417,12 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
                 gemm(c, a, b, m, n, ks[0], transpose_a=transpose_a, transpose_b=transpose_b, accumulate=accumulate,
                      k_range=k_range)
             return
-        if all(exact):
+        if all(exact):  # products of one A: their shared workspace
             label += "_exact" + ("_rows" if k_range else "")
-        # the largest workspace of the products, which serves each in turn: the exact GEMM's for exact products of
-        # one A, else their fma chains' partial sums (a product cut into k ranges)
-        nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, not all(exact))
-                     for n, k in zip(ns, ks))
+            nbytes = _gemm_shared_a_workspace_bytes(m, tuple(ns), ks[0], int(k_range), device.is_gpu)
+        else:  # the largest of the fma chains' partial sums (a product cut into k ranges), which serves each in turn
+            nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, True)
+                         for n, k in zip(ns, ks))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
     varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
