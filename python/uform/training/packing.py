@@ -162,8 +162,11 @@ def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_
     segment_count = item_of_segment.size
     segment_length = lengths[item_of_segment]
 
-    data = np.concatenate([np.empty(0, np.int32), *(token_ids(contents[item])[:max_columns]
-                                                      for item in item_of_segment)])
+    packed_contents = [contents[item][:max_columns] for item in item_of_segment.tolist()]
+    if all(isinstance(content, bytes) for content in packed_contents):  # text alone: one conversion of all its bytes
+        data = np.frombuffer(b"".join(packed_contents), np.uint8).astype(np.int32)
+    else:
+        data = np.concatenate([np.empty(0, np.int32), *map(token_ids, packed_contents)])
     segment_of_position = np.repeat(np.arange(segment_count), segment_length)
     within = np.arange(data.size) - (np.cumsum(segment_length) - segment_length)[segment_of_position]
     flat = (segment_row * max_columns + segment_start)[segment_of_position] + within
