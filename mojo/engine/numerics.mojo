@@ -156,12 +156,18 @@ def log1p[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w
 
 
 @always_inline
+def exp_minus_magnitude[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """e^−|x|, the one exponential of both sigmoid forms: never above 1, so 1 + e^−|x| never overflows."""
+    return exp(x.ge(Float32(0)).select(-x, x))
+
+
+@always_inline
 def sigmoids[w: SIMDLength, //](
     x: SIMD[DType.float32, w]
 ) -> Tuple[SIMD[DType.float32, w], SIMD[DType.float32, w]]:
     """σ(x) and σ(−x) from one exponential, e = e^−|x|: 1/(1 + e) for the argument ≥ 0 (both, at ±0), and
     e/(1 + e) for the one < 0, exactly as `sigmoid` computes each."""
-    var e = exp(x.ge(Float32(0)).select(-x, x))
+    var e = exp_minus_magnitude(x)
     var upper = Float32(1) / (Float32(1) + e)
     var lower = canonical(e / (Float32(1) + e))
     return (x.ge(Float32(0)).select(upper, lower), (-x).ge(Float32(0)).select(upper, lower))
@@ -171,7 +177,7 @@ def sigmoids[w: SIMDLength, //](
 def sigmoid[w: SIMDLength, //](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """1/(1 + e^−x), or e^x/(1 + e^x) for x < 0, so that large |x| never overflows: sigmoids' first value, by the
     one division it selects (the numerator chosen before dividing), not both."""
-    var e = exp(x.ge(Float32(0)).select(-x, x))
+    var e = exp_minus_magnitude(x)
     return canonical(x.ge(Float32(0)).select(Floats[w](1), e) / (Float32(1) + e))
 
 

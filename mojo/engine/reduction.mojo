@@ -16,6 +16,7 @@ their own rows and the blocks' sums then combine to the same bits (docs/mesh.md)
 from std.collections import Array
 from std.math import fma
 from max.gpu.primitives.warp import shuffle_down, shuffle_idx
+from max.gpu.memory import AddressSpace
 from engine.device import F32Ptr
 from engine.numerics import INF
 
@@ -108,11 +109,21 @@ def canonical_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
 
 
 @always_inline
-def fma_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
-    """Σ a[i]·b[i] as a contraction: one fma chain over i ascending from +0."""
+def fma_dot[width: Int = 1, space: AddressSpace = AddressSpace.GENERIC](
+    a: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    b: Pointer[Float32, MutUntrackedOrigin, address_space=space],
+    n: Int,
+) -> Float32:
+    """Σ a[i]·b[i] as a contraction: one fma chain over i ascending from +0. With `width` > 1 each row is loaded
+    `width` values at a time (n a multiple of it, both rows on 16 bytes), so that a run's loads are in flight
+    together: the same chain, so the same bits."""
+    comptime alignment = 16 if width >= 4 else 4 * width
     var total = Float32(0)
-    for i in range(n):
-        total = fma(a.unsafe_load(i), b.unsafe_load(i), total)
+    for c in range(0, n, width):
+        var x = a.unsafe_load[width=width, alignment=alignment](c)
+        var y = b.unsafe_load[width=width, alignment=alignment](c)
+        comptime for j in range(width):
+            total = fma(x[j], y[j], total)
     return total
 
 

@@ -40,7 +40,7 @@ transposed where the token is the contraction index (p·v, ds·q, ds·k, p·dO).
 
 from std.bit import count_trailing_zeros
 from std.collections import Array
-from std.math import exp2, fma, log2
+from std.math import exp2, log2
 from std.memory import stack_allocation
 from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import ld_matrix, mma
@@ -48,6 +48,7 @@ from max.gpu.memory import AddressSpace
 from max.gpu.primitives.warp import shuffle_xor
 from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, launch_gpu_teams, launch_index
+from engine.reduction import fma_dot
 from engine.target import HAS_ACCELERATOR
 from engine import numerics
 from kernels.attention import Attention
@@ -345,15 +346,7 @@ def attention_backward_delta_fast(task: Int, args: Args):
     alignment, and D is a multiple of 16), so the loads of a chunk are in flight together."""
     var at = Attention(args)
     var D = at.head_dim
-    var a = at.d_out.unsafe_offset(task * D)
-    var b = at.o.unsafe_offset(task * D)
-    var total = Float32(0)
-    for c in range(0, D, DELTA_CHUNK):
-        var x = a.unsafe_load[width=DELTA_CHUNK, alignment=16](c)
-        var y = b.unsafe_load[width=DELTA_CHUNK, alignment=16](c)
-        comptime for j in range(DELTA_CHUNK):
-            total = fma(x[j], y[j], total)
-    at.delta.unsafe_store(task, total)
+    at.delta.unsafe_store(task, fma_dot[DELTA_CHUNK](at.d_out.unsafe_offset(task * D), at.o.unsafe_offset(task * D), D))
 
 
 comptime DELTA_TASKS = 32  # tasks (rows of dO and o) a GPU block of one warp takes: a contiguous stretch of each
@@ -391,13 +384,7 @@ def attention_backward_delta_warp[D: Int](block: Int, args: Args):
                 b.unsafe_store[width=4, alignment=16](at_line, o.unsafe_load[width=4, alignment=16](4 * q))
     barrier()
     if lane < count:
-        var total = Float32(0)
-        for d in range(0, dims, 4):
-            var x = a.unsafe_load[width=4, alignment=16](lane * line + d)
-            var y = b.unsafe_load[width=4, alignment=16](lane * line + d)
-            comptime for j in range(4):
-                total = fma(x[j], y[j], total)
-        at.delta.unsafe_store(first + lane, total)
+        at.delta.unsafe_store(first + lane, fma_dot[4](a.unsafe_offset(lane * line), b.unsafe_offset(lane * line), dims))
 
 
 def launch_backward_delta(dev: DevicePtr, n: Int, args: Args) raises:
