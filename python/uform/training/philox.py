@@ -18,36 +18,40 @@ from __future__ import annotations
 
 import numpy as np
 
-_M0, _M1 = np.uint64(0xD2E7470EE14C6C93), np.uint64(0xCA5A826395121157)
-_W0, _W1 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBB67AE8584CAA73B)
+_MULTIPLIERS = np.array([[0xD2E7470EE14C6C93], [0xCA5A826395121157]], np.uint64)  # M0, M1: a column each
+_WEYL = np.array([[0x9E3779B97F4A7C15], [0xBB67AE8584CAA73B]], np.uint64)  # W0, W1
 _LOW = np.uint64(0xFFFFFFFF)
 _32 = np.uint64(32)
 ROUNDS = 10
 
 
-def _wide_product(multiplier: np.uint64, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(high, low)`` 64-bit words of the 128-bit product ``multiplier · x``, from four 32 × 32-bit products."""
-    m_high, m_low = multiplier >> _32, multiplier & _LOW
+def _wide_products(multipliers: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(high, low)`` 64-bit words of the 128-bit products ``multipliers · x`` element-wise, from four 32 × 32-bit
+    products."""
+    m_high, m_low = multipliers >> _32, multipliers & _LOW
     x_high, x_low = x >> _32, x & _LOW
     low_low, low_high, high_low = m_low * x_low, m_low * x_high, m_high * x_low
     middle = (low_low >> _32) + (low_high & _LOW) + (high_low & _LOW)  # < 3 · 2³², no overflow
     high = m_high * x_high + (low_high >> _32) + (high_low >> _32) + (middle >> _32)
-    return high, multiplier * x
+    return high, multipliers * x
 
 
 def philox4x64(key: tuple[np.ndarray, np.ndarray], counter: tuple[np.ndarray, ...]) -> np.ndarray:
     """``(n, 4)`` uint64: the blocks of ``key = (k0, k1)`` at ``counter = (c0, c1, c2, c3)``, each an array or
-    scalar that broadcasts to ``n`` (uint64 values)."""
-    k0, k1 = (np.asarray(word, np.uint64) for word in key)
-    c0, c1, c2, c3 = np.broadcast_arrays(*(np.asarray(word, np.uint64) for word in counter))
+    scalar that broadcasts to ``n`` (uint64 values). The round's two products are one operation on the stacked
+    (c0, c2), and its xors one on the stacked (c1, c3) and (k0, k1)."""
+    words = np.broadcast_arrays(*(np.atleast_1d(np.asarray(word, np.uint64)) for word in (*counter, *key)))
+    multiplied = np.stack(words[0:4:2])  # (c0, c2)
+    passed = np.stack(words[1:4:2])  # (c1, c3)
+    key = np.stack(words[4:6])  # (k0, k1)
     with np.errstate(over="ignore"):
         for round_ in range(ROUNDS):
             if round_:
-                k0, k1 = k0 + _W0, k1 + _W1
-            high0, low0 = _wide_product(_M0, c0)
-            high1, low1 = _wide_product(_M1, c2)
-            c0, c1, c2, c3 = high1 ^ c1 ^ k0, low1, high0 ^ c3 ^ k1, low0
-    return np.stack(np.broadcast_arrays(c0, c1, c2, c3), axis=-1)
+                key = key + _WEYL
+            high, low = _wide_products(_MULTIPLIERS, multiplied)
+            # (c0, c1, c2, c3) = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
+            multiplied, passed = high[::-1] ^ passed ^ key, low[::-1]
+    return np.stack([multiplied[0], passed[0], multiplied[1], passed[1]], axis=-1)
 
 
 def stream_words(key0: int, key1: np.ndarray, stream: np.ndarray | int, counts: np.ndarray) -> np.ndarray:
