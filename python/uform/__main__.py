@@ -16,6 +16,7 @@ import io
 import json
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,9 @@ embedding (hashed byte bigrams); for media, chance (1/n).
 The run directory holds config.toml (every setting, resolved), metrics.csv (one row per step),
 loss.png (redrawn at each save and evaluation), checkpoints/ (every --save-every steps, the last
 --keep kept) and model.safetensors (the final checkpoint, for `python -m uform embed` or
-uform.Encoder.load). Ctrl-C or SIGTERM finishes the step, saves and exits with 128 + the signal's
-number; --resume RUN_DIR then continues to the same bits as an uninterrupted run.
+uform.Encoder.load). Steps run deferred, two in flight, so that the next batch is packed while the
+device runs one. Ctrl-C or SIGTERM finishes the steps in flight, saves and exits with 128 + the
+signal's number; --resume RUN_DIR then continues to the same bits as an uninterrupted run.
 """
 
 SOUND_RATE = 8000  # the sounds reach 3.5 kHz, under this rate's Nyquist frequency
@@ -236,18 +238,33 @@ def train(argv: list[str]) -> int:
         plot(metrics, run_dir / PLOT, COLUMNS[1:5], METRIC, f"{kind}→text, {run_dir.name}", reference)
         return path
 
-    stats = uform.TrainerStepStats()
+    def pauses_after(step: int) -> bool:
+        """Whether the loop reads or saves the trainer as `step` leaves it: no later step may be in flight then."""
+        return step == args.steps or falls_on(step, args.save_every) or (
+            bool(held_out) and falls_on(step, args.eval_every))
+
+    # Two deferred steps in flight, so that the host packs and corrupts the next batch while the device runs this
+    # one (docs/training-api.md); none past a step whose trainer the loop reads (an evaluation) or saves.
+    receiver = trainer.deferred(executor)
+    in_flight: deque = deque()  # (step, its Deferred, its stats), oldest first
     began = time.perf_counter()
+    finished_at = began
     progress = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
     with GracefulStop() as stop:
-        step = start
-        while step < args.steps and stop.signal is None:
-            step += 1
-            modalities, contents, relations, groups = step_items(job, step_pairs(training, args.seed, step,
-                                                                                 args.pairs_per_step))
-            tick = time.perf_counter()
-            trainer.step(modalities, contents, relations=relations, temperature_groups=groups, stats=stats)
-            seconds = time.perf_counter() - tick
+        step = submitted = start
+        while in_flight or (step < args.steps and stop.signal is None):
+            while (len(in_flight) < 2 and submitted < args.steps and stop.signal is None
+                   and not (in_flight and pauses_after(in_flight[-1][0]))):
+                submitted += 1
+                modalities, contents, relations, groups = step_items(job, step_pairs(training, args.seed, submitted,
+                                                                                     args.pairs_per_step))
+                stats = uform.TrainerStepStats()
+                in_flight.append((submitted, receiver.step(modalities, contents, relations=relations,
+                                                           temperature_groups=groups, stats=stats), stats))
+            step, handle, stats = in_flight.popleft()
+            handle.result()
+            now = time.perf_counter()
+            seconds, finished_at = now - finished_at, now  # between finishes: the step's time in a full pipeline
             evaluate = bool(held_out) and (step == args.steps or falls_on(step, args.eval_every))
             recall = held_out_recall(trainer, job, held_out) if evaluate else None
             reconstruction = stats.masked_image_loss + stats.masked_video_loss + stats.masked_audio_loss
@@ -261,6 +278,8 @@ def train(argv: list[str]) -> int:
             if recall is not None:
                 progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
             save_when_due(progress, step, args, save)
+            if pauses_after(step):
+                finished_at = time.perf_counter()  # the next step was submitted only now
     last, elapsed = close_run(progress, metrics, save, step, began)
     rate = (step - start) / elapsed
     status = stopped_early(stop, step, args, last, f"python -m uform train --resume {run_dir}")
