@@ -384,7 +384,8 @@ def attention_backward_delta_warp[D: Int](block: Int, args: Args):
                 b.unsafe_store[width=4, alignment=16](at_line, o.unsafe_load[width=4, alignment=16](4 * q))
     barrier()
     if lane < count:
-        at.delta.unsafe_store(first + lane, fma_dot[4](a.unsafe_offset(lane * line), b.unsafe_offset(lane * line), dims))
+        var row = lane * line
+        at.delta.unsafe_store(first + lane, fma_dot[4](a.unsafe_offset(row), b.unsafe_offset(row), dims))
 
 
 def launch_backward_delta(dev: DevicePtr, n: Int, args: Args) raises:

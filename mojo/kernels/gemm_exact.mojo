@@ -508,9 +508,9 @@ def partial_maxima(task: Int, args: Args):
     """For lines whose elements lie `lines` apart (a transposed operand, neighbouring lines side by side): task
     b·lines + line finds the largest magnitude's bits among elements [64b, 64(b + 1)) of line `line`
     (EXPONENT_BLOCK), so neighbouring tasks read neighbouring floats and a long line spreads over many tasks. It
-    stores them at partial[b·apart + line]; or, with k cut into equal ranges of per_range blocks, block j of range r
-    at partial[(j·ranges + r)·apart + line], so that range r's maxima of a line lie ranges·apart apart from r·apart +
-    line on (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
+    stores them at partial[b·apart + line]; or, with k cut into equal ranges of per_range blocks, block j of range
+    r at partial[(j·ranges + r)·apart + line], so that range r's maxima of a line lie ranges·apart apart from
+    r·apart + line on (exponents_of_maxima's layout: a range of a line is a line of maxima)."""
     var maxima = PartialMaxima(args)
     var lines = maxima.lines
     var per_range = maxima.per_range
@@ -2109,10 +2109,10 @@ def tree_of_ranges(dev: DevicePtr, c: F32Ptr, partials: Int, M: Int, N: Int, ran
 
 
 def columns_joined(K: Int, range_length: Int, products: Int, gpu: Bool) -> Bool:
-    """Whether gemm_exact_shared_a_on runs products of one A as one product of their B's columns joined (ranges_fused_on):
-    several Aᵀ·B products whose k ranges run together (ranged_together), so that their blocks share the GPU's waves
-    (the weight gradients of q, k and v over ranges of 4096 tokens: 576 blocks of 128 × 128 each, 2.2 waves of 264
-    apiece; joined, 864 blocks of 128 × 256)."""
+    """Whether gemm_exact_shared_a_on runs products of one A as one product of their B's columns joined
+    (ranges_fused_on): several Aᵀ·B products whose k ranges run together (ranged_together), so that their blocks
+    share the GPU's waves (the weight gradients of q, k and v over ranges of 4096 tokens: 576 blocks of 128 × 128
+    each, 2.2 waves of 264 apiece; joined, 864 blocks of 128 × 256)."""
     return products > 1 and 0 < range_length < K and ranged_together(K, range_length, gpu, True)
 
 
@@ -2148,8 +2148,8 @@ def ranges_fused[moduli: Int, terms: Int](
     """Every range's exact product of Aᵀ·B, B the first `products` B_t joined along their columns, together (GPU,
     fused kernel): the ranges' exponents and the planes of the whole k cut range by range (ranged_planes; A's unless
     a_ready), then one fused launch whose splits are the ranges, each block reconstructing its range's partial.
-    Answers where the partials are (range r's M × (N_0 + N_1 + …) floats at r·M·(N_0 + N_1 + …)): after everything
-    else, so that A's part comes first, whatever N."""
+    Answers where the partials are (range r's M × (N_0 + N_1 + …) floats at r·M·(N_0 + N_1 + …)): after
+    everything else, so that A's part comes first, whatever N."""
     var ranges = K // range_length
     var bits = bits_per_side(range_length)
     var columns = 0

@@ -65,7 +65,7 @@ def reference_corrupt_segment(tokens, masking, seed, step, item):
     n = len(tokens)
     p, m = masking.token_mask_probability, masking.token_mean_span
     (u,) = segment_words(seed, step, item, COVERAGE_STREAM, 1)
-    k = math.floor(p * n + (u >> 11) * 2.0 ** -53)
+    k = min(math.floor(p * n + (u >> 11) * 2.0 ** -53), math.floor(p * n) + 1, n)
     covered = []
     if k:
         q, thresholds = 1.0 - 1.0 / m, []

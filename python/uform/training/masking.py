@@ -4,7 +4,9 @@ For each packed segment of ``n`` bytes (after truncation):
 
 1. **How much.** ``k = floor(p * n + u)`` positions are covered, ``p`` being
    ``token_mask_probability`` and ``u`` uniform in [0, 1): stochastic rounding,
-   so coverage is ``p`` in expectation even for segments shorter than ``1 / p``.
+   so coverage is ``p`` in expectation even for segments shorter than ``1 / p``
+   (in float64, then at most ``floor(p * n) + 1`` and ``n``, which a sum that
+   rounded up to the next integer could pass).
 2. **Spans.** Span lengths ``L_j`` (j = 0, 1, ...) are geometric on {1, 2, ...}
    with mean ``m = token_mean_span``, taken until they reach ``k``; the last is
    clipped so they sum to exactly ``k``. ``L_j = 1 + #{t in 1 .. k - 1 : U_j <
@@ -133,7 +135,8 @@ def _covered_offsets(seed: int, key1: np.ndarray, lengths: np.ndarray,
     words = stream_words(seed, np.tile(key1, 3), np.repeat([COVERAGE_STREAM, SPAN_STREAM, SHOWN_STREAM], segments),
                          np.concatenate([np.ones_like(most), most, most]))
     u, span_words, shown_words = np.split(words, [segments, segments + int(most.sum())])
-    covered = np.floor(p * lengths + uniforms(u)).astype(np.int64)
+    # the float64 sum can round up to the next integer; the exact one never passes floor(p·n) + 1, nor n
+    covered = np.minimum(np.floor(p * lengths + uniforms(u)).astype(np.int64), most)
     drawn = _Segments(most)
     first_k = drawn.index < covered[drawn.owner]
     spans, counts = _span_lengths(span_words[first_k], covered, lengths, masking.token_mean_span)
