@@ -252,34 +252,42 @@ def train(argv: list[str]) -> int:
     progress = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
     with GracefulStop() as stop:
         step = submitted = start
-        while in_flight or (step < args.steps and stop.signal is None):
-            while (len(in_flight) < 2 and submitted < args.steps and stop.signal is None
-                   and not (in_flight and pauses_after(in_flight[-1][0]))):
-                submitted += 1
-                modalities, contents, relations, groups = step_items(job, step_pairs(training, args.seed, submitted,
-                                                                                     args.pairs_per_step))
-                stats = uform.TrainerStepStats()
-                in_flight.append((submitted, receiver.step(modalities, contents, relations=relations,
-                                                           temperature_groups=groups, stats=stats), stats))
-            step, handle, stats = in_flight.popleft()
-            handle.result()
-            now = time.perf_counter()
-            seconds, finished_at = now - finished_at, now  # between finishes: the step's time in a full pipeline
-            evaluate = bool(held_out) and (step == args.steps or falls_on(step, args.eval_every))
-            recall = held_out_recall(trainer, job, held_out) if evaluate else None
-            reconstruction = stats.masked_image_loss + stats.masked_video_loss + stats.masked_audio_loss
-            metrics.add(step=step, loss=stats.loss, masked_text_loss=stats.masked_text_loss,
-                        contrastive_loss=stats.contrastive_loss,
-                        reconstruction_loss=reconstruction if job.query_modality != uform.Modality.TEXT else None,
-                        learning_rate=stats.learning_rate, step_seconds=seconds,
-                        pairs_per_second=args.pairs_per_step / seconds, **{METRIC: recall})
-            progress.update()
-            progress.set_postfix(loss=f"{stats.loss:.3f}", contrastive=f"{stats.contrastive_loss:.3f}")
-            if recall is not None:
-                progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
-            save_when_due(progress, step, args, save)
-            if pauses_after(step):
-                finished_at = time.perf_counter()  # the next step was submitted only now
+        try:
+            while in_flight or (step < args.steps and stop.signal is None):
+                while (len(in_flight) < 2 and submitted < args.steps and stop.signal is None
+                       and not (in_flight and pauses_after(in_flight[-1][0]))):
+                    submitted += 1
+                    modalities, contents, relations, groups = step_items(
+                        job, step_pairs(training, args.seed, submitted, args.pairs_per_step))
+                    submitted_stats = uform.TrainerStepStats()
+                    in_flight.append((submitted, receiver.step(modalities, contents, relations=relations,
+                                                               temperature_groups=groups, stats=submitted_stats),
+                                      submitted_stats))
+                if not in_flight:  # a signal came between the loop's check and the submissions'
+                    break
+                step, handle, stats = in_flight.popleft()
+                handle.result()
+                now = time.perf_counter()
+                seconds, finished_at = now - finished_at, now  # between finishes: a step's time in a full pipeline
+                evaluate = bool(held_out) and (step == args.steps or falls_on(step, args.eval_every))
+                recall = held_out_recall(trainer, job, held_out) if evaluate else None
+                reconstruction = stats.masked_image_loss + stats.masked_video_loss + stats.masked_audio_loss
+                metrics.add(step=step, loss=stats.loss, masked_text_loss=stats.masked_text_loss,
+                            contrastive_loss=stats.contrastive_loss,
+                            reconstruction_loss=reconstruction if job.query_modality != uform.Modality.TEXT else None,
+                            learning_rate=stats.learning_rate, step_seconds=seconds,
+                            pairs_per_second=args.pairs_per_step / seconds, **{METRIC: recall})
+                progress.update()
+                progress.set_postfix(loss=f"{stats.loss:.3f}", contrastive=f"{stats.contrastive_loss:.3f}")
+                if recall is not None:
+                    progress.write(f"step {step}: held-out recall@1 {recall:.3f} ({against})", file=sys.stderr)
+                save_when_due(progress, step, args, save)
+                if pauses_after(step):
+                    finished_at = time.perf_counter()  # the next step was submitted only now
+        except BaseException:  # a refused step or a second signal: the steps not yet started never run
+            for _, queued, _ in in_flight:
+                queued.cancel()
+            raise
     last, elapsed = close_run(progress, metrics, save, step, began)
     rate = (step - start) / elapsed
     status = stopped_early(stop, step, args, last, f"python -m uform train --resume {run_dir}")

@@ -219,7 +219,8 @@ def _gemm_summed_workspace_bytes(m: int, n: int, ks: tuple[int, ...], gpu: bool)
 @functools.lru_cache(maxsize=1024)
 def _gemm_shared_a_workspace_bytes(m: int, ns: tuple[int, ...], k: int, k_range: int, gpu: bool) -> int:
     """Bytes of the workspace of exact products of one A apart (``gemm_group``): the largest product's, or where
-    their k ranges run together on a GPU, the product of their columns joined."""
+    the engine joins their columns (their k ranges run together: a Hopper GPU, equal ranges of whole stages), the
+    joined product's."""
     return int(_engine.gemm_shared_a_workspace(m, list(ns), k, int(k_range), bool(gpu)))
 
 
@@ -566,7 +567,7 @@ def attention_spans(tokens: int, seq_len: int, segments: np.ndarray | None = Non
         raise ValueError(f"segments must hold {tokens} ids, holds {segments.size}")
     # a run starts at each sequence's first token and wherever the id changes; every token takes its run's bounds
     starts = np.empty(tokens, bool)
-    starts[0] = True
+    starts[:1] = True
     np.not_equal(segments[1:], segments[:-1], out=starts[1:])
     starts[::seq_len] = True
     first = np.flatnonzero(starts).astype(np.int32)

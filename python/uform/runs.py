@@ -425,7 +425,7 @@ class GracefulStop:
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = number
-        print(f"\n{signal.Signals(number).name}: finishing this step, then saving (again to stop at once)",
+        print(f"\n{signal.Signals(number).name}: finishing the steps under way, then saving (again to stop at once)",
               file=sys.stderr)
 
     def __enter__(self) -> GracefulStop:

@@ -66,11 +66,10 @@ _UINT64_LIMIT = 1 << 64
 COVERAGE_STREAM, SPAN_STREAM, CUT_STREAM, SHOWN_STREAM = 0, 1, 2, 3
 
 
-def _check_key(seed: int, step: int, items: np.ndarray) -> None:
-    """Refuses a seed, step or item index that does not fit the key ``[seed, (step << 32) | item]``."""
-    checks = (("seed", operator.index(seed), _UINT64_LIMIT), ("step", operator.index(step), _UINT32_LIMIT))
-    if items.size:
-        checks += (("item", int(items.min()), _UINT32_LIMIT), ("item", int(items.max()), _UINT32_LIMIT))
+def _check_key(seed: int, step: int, items: list[int]) -> None:
+    """Refuses a seed, step or item index (Python ints) that does not fit the key ``[seed, (step << 32) | item]``."""
+    checks = [("seed", operator.index(seed), _UINT64_LIMIT), ("step", operator.index(step), _UINT32_LIMIT)]
+    checks += [("item", item, _UINT32_LIMIT) for item in items]
     for name, value, limit in checks:
         if not 0 <= value < limit:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
@@ -78,7 +77,7 @@ def _check_key(seed: int, step: int, items: np.ndarray) -> None:
 
 def _corruption_key(seed: int, step: int, item: int) -> np.ndarray:
     """The Philox key of ``item``'s draws at ``step``: [seed, (step << 32) | item]."""
-    _check_key(seed, step, np.array([operator.index(item)]))
+    _check_key(seed, step, [operator.index(item)])
     return np.array([seed, (step << 32) | item], dtype=np.uint64)
 
 
@@ -165,9 +164,12 @@ def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset:
     segments = np.arange(packed.segment_count) if text_segments is None else np.flatnonzero(text_segments)
     begins = packed.segment_row[segments].astype(np.int64) * columns + packed.segment_start[segments]
     lengths = packed.segment_length[segments].astype(np.int64)
-    items = operator.index(item_offset) + packed.item_of_segment[segments].astype(np.int64)
-    _check_key(seed, step, items)
-    key1 = (np.uint64(step) << np.uint64(32)) | items.astype(np.uint64)
+    item_of_segment = packed.item_of_segment[segments].astype(np.int64)
+    offset = operator.index(item_offset)
+    # the lowest and highest item indices, as Python ints (an offset past int64 is refused, not overflowed)
+    _check_key(seed, step, [offset + int(item_of_segment.min()), offset + int(item_of_segment.max())]
+               if item_of_segment.size else [offset])
+    key1 = (np.uint64(step) << np.uint64(32)) | (item_of_segment + offset).astype(np.uint64)
     covered, offsets, words = _covered_offsets(seed, key1, lengths, masking)
     where = np.repeat(begins, covered) + offsets
     shown = uniforms(words)

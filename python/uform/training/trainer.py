@@ -679,7 +679,7 @@ class On:
 
 
 class Deferred:
-    """A submitted call: wait(), done(), result(), exception()."""
+    """A submitted call: wait(), done(), result(), exception(), cancel()."""
 
     def __init__(self, future: Future):
         self._future = future
@@ -701,6 +701,10 @@ class Deferred:
 
     def exception(self, timeout: float | None = None):
         return self._future.exception(timeout)
+
+    def cancel(self) -> bool:
+        """Withdraw the call if it has not started; answers whether it was withdrawn (it then never runs)."""
+        return self._future.cancel()
 
 
 class DeferredOn:
