@@ -1,4 +1,5 @@
-"""Taking caller arrays: any array-like in, a checked one-dimensional numpy array out.
+"""Taking caller arrays: any array-like in, a checked one-dimensional numpy array out; and the layout of groups
+of entries laid back to back (:func:`group_entries`).
 
 The C ABI takes ``size_t`` offsets, ``uint32`` ids and ``float32`` weights; a
 caller hands lists, buffers or arrays of any integer type. Converting blindly
@@ -54,3 +55,12 @@ def first_not_finite_non_negative(values: np.ndarray) -> int | None:
     """The index of the first value that is not a finite number ≥ 0 (a weight, a probability), or None."""
     bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
     return int(bad[0]) if bad.size else None
+
+
+def group_entries(counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Groups of ``counts[g]`` entries laid back to back (a segment's tokens, a segment's draws): ``(first, owner,
+    index)``, int64, each group's first entry, then each entry's group and its index within the group."""
+    counts = np.asarray(counts, np.int64)
+    first = np.cumsum(counts) - counts
+    owner = np.repeat(np.arange(counts.size), counts)
+    return first, owner, np.arange(owner.size) - first[owner]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import group_entries
 from .config import LateInteraction
 from .enums import LateInteractionSide
 from .errors import ErrorCode, UFormError
@@ -50,9 +51,8 @@ def side_rows(packed: Packed, segment_sides: np.ndarray, max_query_span: int) ->
     answers = []
     for bit, span in ((QUERY_BIT, max_query_span), (DOCUMENT_BIT, None)):
         counts = np.where(segment_sides & bit, lengths if span is None else np.minimum(lengths, span), 0)
-        starts = np.cumsum(counts) - counts
-        segment = np.repeat(np.arange(counts.size), counts)
-        tokens = first[segment] + (np.arange(segment.size) - starts[segment])
+        starts, segment, within = group_entries(counts)
+        tokens = first[segment] + within
         answers.append(tuple(a.astype(np.int32) for a in (tokens, segment, starts, counts)))
     return tuple(answers)
 

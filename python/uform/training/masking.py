@@ -55,6 +55,7 @@ import operator
 
 import numpy as np
 
+from .arrays import group_entries
 from .config import Masking
 from .errors import ErrorCode, UFormError
 from .packing import Packed
@@ -90,9 +91,7 @@ class _Segments:
     """Segmented arrays: ``counts[s]`` entries for segment ``s``, back to back in segment order."""
 
     def __init__(self, counts: np.ndarray):
-        self.first = np.cumsum(counts) - counts
-        self.owner = np.repeat(np.arange(counts.size), counts)
-        self.index = np.arange(self.owner.size) - self.first[self.owner]  # each entry's index in its segment
+        self.first, self.owner, self.index = group_entries(counts)
 
     def exclusive_sums(self, values: np.ndarray) -> np.ndarray:
         """Each entry's sum of the entries before it in its segment."""

@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .arrays import group_entries
 from .errors import ErrorCode, UFormError
 from .vocabulary import PAD
 
@@ -167,8 +168,7 @@ def pack_items(contents: Sequence[bytes | np.ndarray], bags, max_rows: int, max_
         data = np.frombuffer(b"".join(packed_contents), np.uint8).astype(np.int32)
     else:
         data = np.concatenate([np.empty(0, np.int32), *map(token_ids, packed_contents)])
-    segment_of_position = np.repeat(np.arange(segment_count), segment_length)
-    within = np.arange(data.size) - (np.cumsum(segment_length) - segment_length)[segment_of_position]
+    _, segment_of_position, within = group_entries(segment_length)
     flat = (segment_row * max_columns + segment_start)[segment_of_position] + within
 
     tokens = np.full(max_rows * max_columns, PAD, np.int32)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import group_entries
+
 _MULTIPLIERS = np.array([[0xD2E7470EE14C6C93], [0xCA5A826395121157]], np.uint64)  # M0, M1: a column each
 _WEYL = np.array([[0x9E3779B97F4A7C15], [0xBB67AE8584CAA73B]], np.uint64)  # W0, W1
 _LOW = np.uint64(0xFFFFFFFF)
@@ -60,9 +62,7 @@ def stream_words(key0: int, key1: np.ndarray, stream: np.ndarray | int, counts: 
     block at counter ``(w div 4, stream, 0, 0)``. One call for many requests costs about what one request does."""
     key1, stream, counts = np.broadcast_arrays(np.asarray(key1, np.uint64), np.asarray(stream, np.uint64),
                                                np.asarray(counts, np.int64))
-    blocks = (counts + 3) // 4
-    owner = np.repeat(np.arange(counts.size), blocks)
-    block = np.arange(owner.size) - np.repeat(np.cumsum(blocks) - blocks, blocks)
+    _, owner, block = group_entries((counts + 3) // 4)  # each request's whole blocks
     words = philox4x64((np.uint64(key0), key1[owner]), (block.astype(np.uint64), stream[owner], 0, 0))
     # keep each request's first counts[i] words of its whole blocks
     return words[np.arange(4) < (counts[owner] - 4 * block)[:, None]]
