@@ -26,11 +26,17 @@ comptime LANES = 32
 @always_inline
 def fold_lanes(acc: SIMD[DType.float32, LANES]) -> Float32:
     """Fold 32 partial sums by halves: the fixed tree every reduction ends with."""
-    var v16 = acc.slice[16, offset=0]() + acc.slice[16, offset=16]()
-    var v8 = v16.slice[8, offset=0]() + v16.slice[8, offset=8]()
-    var v4 = v8.slice[4, offset=0]() + v8.slice[4, offset=4]()
-    var v2 = v4.slice[2, offset=0]() + v4.slice[2, offset=2]()
-    return v2[0] + v2[1]
+    return fold_halves(acc)
+
+
+@always_inline
+def fold_halves[n: SIMDLength, //](acc: SIMD[DType.float32, n]) -> Float32:
+    """Fold n partial sums (a power of two) by halves, slot t + slot t + n/2 until one is left: fold_lanes' tree
+    from any of its levels (a GPU block's warps that each hold some of its slots fold the rest with it)."""
+    comptime if n == 1:
+        return acc[0]
+    else:
+        return fold_halves(acc.slice[n // 2, offset=0]() + acc.slice[n // 2, offset=n // 2]())
 
 
 @always_inline

@@ -1386,6 +1386,14 @@ def residue_planes[moduli: Int](
                           padded(length), lines)
 
 
+def joined_size[terms: Int](sizes: Array[Int, terms], count: Int) -> Int:
+    """The lines (or columns) of the first `count` operands joined along them: the sum of their sizes."""
+    var total = 0
+    for t in range(count):
+        total += sizes[t]
+    return total
+
+
 def ranged_planes[moduli: Int, terms: Int](
     dev: DevicePtr, residues: Int, exponents: Int, partial: Int, x: Array[F32Ptr, terms], lines: Array[Int, terms],
     count: Int, length: Int, bits: Int, range_length: Int,
@@ -1402,9 +1410,7 @@ def ranged_planes[moduli: Int, terms: Int](
         raise Error("ranged_planes: k ranges must be equal and whole blocks of EXPONENT_BLOCK")
     var per_range = range_length // EXPONENT_BLOCK
     var ranges = length // range_length
-    var total = 0
-    for t in range(count):
-        total += lines[t]
+    var total = joined_size(lines, count)
     var first = 0
     for t in range(count):
         _ = partial_maxima_on(dev, partial + 4 * first, x[t], lines[t], length, 1, lines[t], per_range, total)
@@ -2130,9 +2136,7 @@ def ranges_fused_on[terms: Int](
             partials = ranges_fused[11](dev, a, b, M, N, products, K, range_length, workspace, a_ready)
         else:
             partials = ranges_fused[12](dev, a, b, M, N, products, K, range_length, workspace, a_ready)
-        var total = 0
-        for t in range(products):
-            total += N[t]
+        var total = joined_size(N, products)
         var first = 0
         for t in range(products):
             tree_of_ranges(dev, c[t], partials + 4 * first, M, N[t], K // range_length, accumulate, total)
@@ -2152,9 +2156,7 @@ def ranges_fused[moduli: Int, terms: Int](
     everything else, so that A's part comes first, whatever N."""
     var ranges = K // range_length
     var bits = bits_per_side(range_length)
-    var columns = 0
-    for t in range(products):
-        columns += N[t]
+    var columns = joined_size(N, products)
     var a_residues = workspace  # A's part first, as in residue_product
     var a_exponents = a_residues + moduli * M * K
     var b_residues = a_exponents + exponents_bytes(ranges * M)

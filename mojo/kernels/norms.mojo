@@ -24,7 +24,7 @@ from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_gpu_teams
 from engine.target import HAS_ACCELERATOR
 from engine.reduction import (
-    LANES, canonical_reduce, canonical_reduce_lanes, row_max, row_max_of, row_reduce, row_stride,
+    LANES, canonical_reduce, canonical_reduce_lanes, fold_halves, row_max, row_max_of, row_reduce, row_stride,
 )
 from engine import numerics
 
@@ -312,15 +312,13 @@ def column_partial_sums_block[D: Int](block: Int, args: Args):
                     acc[s] += rows.unsafe_load(row * C)
             start += LANES
     var folded = stack_allocation[COLUMN_WARPS * LANES, Float32, address_space=AddressSpace.SHARED]()
-    folded.unsafe_store(Int(thread_idx.x), (acc[0] + acc[2]) + (acc[1] + acc[3]))  # v16[w] + v16[w + 8]: v8[w]
+    folded.unsafe_store(Int(thread_idx.x), fold_halves(acc))  # v16[w] + v16[w + 8]: v8[w]
     barrier()
     if warp == 0 and column < C:
         var v8 = SIMD[DType.float32, 8](0)
         comptime for w in range(COLUMN_WARPS):
             v8[w] = folded.unsafe_load(w * LANES + Int(thread_idx.x))
-        var v4 = v8.slice[4, offset=0]() + v8.slice[4, offset=4]()
-        var v2 = v4.slice[2, offset=0]() + v4.slice[2, offset=2]()
-        partial.unsafe_store(chunk * C + column, v2[0] + v2[1])
+        partial.unsafe_store(chunk * C + column, fold_halves(v8))
 
 
 def launch_column_partial_sums(dev: DevicePtr, n: Int, args: Args) raises:
