@@ -121,3 +121,15 @@ def test_the_key_refuses_what_does_not_fit():
     assert str(error.value).startswith("step:")
     with pytest.raises(UFormError):
         corruption_generator(-1, 0, 0)
+
+
+@pytest.mark.parametrize("item_offset", [-1, (1 << 32) - 1, 1 << 63, 1 << 80])
+def test_corrupt_refuses_item_indices_past_the_key(item_offset):
+    """Each segment's key holds its item index in 32 bits: an offset that puts an item outside [0, 2^32) is
+    refused naming the item, before any draw, and the packed batch is left as it was."""
+    packed = pack_items([letters(1, 40), letters(2, 30)], None, 1, 128, 4)
+    before = packed.tokens.copy()
+    with pytest.raises(UFormError) as error:
+        corrupt(packed, Masking(), seed=1, step=2, item_offset=item_offset)
+    assert error.value.code == ErrorCode.INVALID_ARGUMENT and str(error.value).startswith("item:")
+    np.testing.assert_array_equal(packed.tokens, before)
