@@ -4,14 +4,17 @@ PyTorch fp32 (TF32 off) on the GPU and against numpy on the CPU. Fast mode (GPU)
 tensor-core GEMM on fp32 operands against PyTorch's bf16 matmul, timed with the casts of fp32 operands
 to bf16 (as under autocast) and without them. The exact GEMM (GPU): its residue form (and the limb form where
 affordable) against PyTorch fp32 (TF32 off) and the fma chain (``kernels.gemm_fma``) at the same shapes; on the
-CPU both forms against the fma chain and numpy. `--exact-only` runs the exact rows alone. Figure: bench/RESULTS.md."""
+CPU both forms against the fma chain and numpy. `--exact-only` runs the exact rows alone. The GPU's exact rows are
+also timed sustained (back-to-back calls for seconds: common.sustained_seconds), the rate a training loop sees: the
+exact GEMM draws the board's power limit there (the H200's 700 W) and slows, where PyTorch's fp32 product does not
+reach it. Figure: bench/RESULTS.md."""
 
 import time
 
 import numpy as np
 
 import uform
-from common import median_seconds, parser, write_results
+from common import median_seconds, parser, sustained_seconds, write_results
 from uform import kernels as K
 
 
@@ -113,6 +116,11 @@ def exact_rows(shapes):
         theirs = median_seconds(lambda: torch.matmul(torch_a, tb), torch.cuda.synchronize, repeats=5)
         row.update({"uform_fma_tflops": round(flops / fma, 2), "torch_fp32_tflops": round(flops / theirs, 2),
                     "ratio": round(theirs / residues, 3), "fused_ratio": round(theirs / fused, 3)})
+        fused_sustained = sustained_seconds(exact("fused"), device.synchronize)
+        theirs_sustained = sustained_seconds(lambda: torch.matmul(torch_a, tb), torch.cuda.synchronize)
+        row.update({"exact_fused_sustained_tflops": round(flops / fused_sustained, 2),
+                    "torch_fp32_sustained_tflops": round(flops / theirs_sustained, 2),
+                    "fused_sustained_ratio": round(theirs_sustained / fused_sustained, 3)})
         rows.append(row)
         del ab, bb, cb, ta, tb, torch_a
     return rows

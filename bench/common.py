@@ -25,6 +25,20 @@ def median_seconds(run, synchronize, *, warmup: int = 2, repeats: int = 7) -> fl
     return statistics.median(times)
 
 
+def sustained_seconds(run, synchronize, *, seconds: float = 1.5, batch: int = 10) -> float:
+    """Wall time a call of run() over back-to-back calls for at least `seconds` (synchronised every `batch` calls), after
+    a second of the same: the rate a training loop sees once the board's power limit holds its clock, where a
+    median of single calls (median_seconds) starts each call from an idle device."""
+    for limit in (1.0, seconds):
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < limit:
+            for _ in range(batch):
+                run()
+            synchronize()
+            calls += batch
+    return (time.perf_counter() - start) / calls
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """The options every benchmark takes (--out, --quick), for a script to add its own to."""
     options = argparse.ArgumentParser(description=description)
