@@ -1541,7 +1541,9 @@ struct FusedTile[columns: Int]:
     persistent "ping-pong" kernel (two groups of a block taking its tiles in turn through one ring: 23 % slower, a
     lone group multiplying at about 60 % of two blocks' rate), persistent blocks (7-9 % slower) and tiles of 64 rows
     at three or four blocks a multiprocessor (13-16 % slower). Folding half a warpgroup's sums while the other half's
-    products run does not fit the 128 registers a thread (ptxas then serializes every wgmma: 2026-12-01)."""
+    products run does not fit the 128 registers a thread (ptxas then serializes every wgmma: 2026-12-01), nor do
+    persistent blocks with warps of their own reconstructing the tile before (2.2× slower: two blocks of 320 threads
+    leave 96 registers a thread, so two spilling warps a block reconstruct: 2026-12-01 08:28)."""
 
     comptime lines = FUSED_ROWS + Self.columns  # lines of a stage: the tile's rows of A, then its columns of B
     comptime stage_bytes = Self.lines * FUSED_K
