@@ -1976,16 +1976,14 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
 
 
 @always_inline
-def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False, undecided_only: Bool = False](
+def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False](
     tile_index: Int, fused: FusedProduct, own_range: Int = -1
 ):
     """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
     the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_value's residues r_i ≡ X (mod p_i)),
     reconstructed and rounded by crt_value, as crt_round does from its residues: the same integer X, so the
     unfused form's bits; with `estimated` (an unsplit product's own tile) by crt_estimate instead, the outputs it
-    leaves undecided listed for exact_undecided, which stores them; with `undecided_only`, crt_value's outputs stored
-    only where crt_estimate does not decide (exact_undecided past its list: the others hold their final values,
-    which `accumulate` must not add to again). own_range ≥ 0 (`ranges`): that split's residues
+    leaves undecided listed for exact_undecided, which stores them. own_range ≥ 0 (`ranges`): that split's residues
     alone, its range's exponents (at range·M and range·N) and its partial (at range·M·N). On the H200 (bench/RESULTS.md, 2026-12-01 00:52) this
     SIMT form, on the FP64 and integer pipes beside the other block's products, beat the same sums as int8 products
     of residue rows and the constants' bytes on the tensor cores (9 % slower at k = 768: they spend the tensor cores
@@ -2028,13 +2026,11 @@ def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False, undecid
         var e = SIMD[DType.int32, 4](row_e[0], row_e[0], row_e[1], row_e[1])
         var f = SIMD[DType.int32, 4](column_f[0], column_f[1], column_f[0], column_f[1])
         var value: SIMD[DType.float32, 4]
-        var decided = SIMD[DType.bool, 4](fill=True)  # the outputs stored here
+        var decided = SIMD[DType.bool, 4](fill=True)
         comptime if estimated:
             value, decided = crt_estimate[moduli, 4](residues, Int32(2 * fused.bits) - e - f)
         else:
             value = crt_value[moduli, False, 4](residues, e, f, fused.bits)
-            comptime if undecided_only:
-                decided = ~crt_estimate[moduli, 4](residues, Int32(2 * fused.bits) - e - f)[1]
         var n = column0 + 8 * w + 2 * (lane % 4)
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
@@ -2044,8 +2040,7 @@ def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False, undecid
                     c.unsafe_store(at, finished(value.slice[1, offset=j](), c, at, e.slice[1, offset=j](),
                                                 f.slice[1, offset=j](), fused.accumulate))
                 else:
-                    comptime if estimated:
-                        undecided_append(fused.undecided[moduli, columns](), tile_index, (tid << 7) | (w << 2) | j)
+                    undecided_append(fused.undecided[moduli, columns](), tile_index, (tid << 7) | (w << 2) | j)
 
 
 @always_inline
@@ -2113,15 +2108,14 @@ def exact_undecided_reset[moduli: Int, columns: Int](task: Int, args: Args):
 
 def exact_undecided[moduli: Int, columns: Int](task: Int, args: Args):
     """After the fused kernel: the outputs crt_estimate left undecided, reconstructed exactly (crt_value) from their
-    residues, still in the workspace; if the list overflowed, every tile's undecided outputs, found again (the
-    estimate is a function of the residues and exponents alone), block task taking tiles task, task + grid, …."""
+    residues, still in the workspace; if the list overflowed, every tile again (block task, task + grid, …)."""
     var fused = FusedProduct(args)
     var list = U32Ptr(unsafe_from_address=fused.undecided[moduli, columns]())
     var count = Int(list.unsafe_load(0))
     var grid = Int(grid_dim.x)
     if count > UNDECIDED_CAPACITY:
         for tile_index in range(task, fused_tiles(fused.m, fused.n, columns), grid):
-            reconstruct_tile[moduli, columns, undecided_only=True](tile_index, fused)
+            reconstruct_tile[moduli, columns](tile_index, fused)
         return
     for entry in range(task * FUSED_TEAM + Int(thread_idx.x), count, grid * FUSED_TEAM):
         var code = Int(list.unsafe_load(3 + 2 * entry))
