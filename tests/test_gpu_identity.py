@@ -249,30 +249,6 @@ def test_fused_exact_gemm_gives_the_residue_forms_bits(m, n, k, ta, tb, acc):
     assert np.array_equal(fused[finite].view(np.uint32), expected[finite].view(np.uint32))
 
 
-@pytest.mark.parametrize("m,accumulate", [(512, True), (1024, False)])
-def test_fused_exact_gemm_decides_ties_exactly(m, accumulate):
-    """Outputs that lie on a rounding boundary, which the fused kernel's estimate cannot decide (crt_estimate), are
-    reconstructed exactly afterwards: from its list (512 rows: every even column's output a tie, 131072 of them, the
-    odd columns' decided) or, past the list's 2^18 entries, by every tile again (1024 rows, all 524288 outputs
-    ties): the definition's bits either way, accumulate adding C's value once."""
-    from uform.reference import exact_gemm
-
-    n = k = 512
-    a = np.ones((m, k), np.float32)
-    b = np.zeros((k, n), np.float32)
-    b[0] = 1.0
-    b[1] = np.where(np.arange(n) % 2 == 0, 2.0**-24, 2.0**-20).astype(np.float32)  # 1 + 2^-24: a tie; 1 + 2^-20 not
-    c0 = np.random.default_rng(m).standard_normal((m, n)).astype(np.float32)
-    device = uform.Device.gpu(0)
-    c = device.put(c0)
-    K.gemm_exact(c, device.put(a), device.put(b), m, n, k, accumulate=accumulate, residues="fused")
-    expected = exact_gemm.exact_gemm(a, b)
-    assert np.all(expected[:, 0::2] == 1.0)  # the ties round to even
-    if accumulate:
-        expected = c0 + expected
-    assert np.array_equal(c.numpy().view(np.uint32), expected.view(np.uint32))
-
-
 @pytest.mark.parametrize("vocab", [5, 40, 256])
 def test_cross_entropy_bits_match_cpu_on_special_logits(vocab):
     """A GPU warp takes a row's maximum in 32 lanes (engine.reduction.row_max_of), the CPU one logit after

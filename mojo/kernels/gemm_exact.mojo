@@ -33,7 +33,7 @@ from std.utils import IndexList
 from engine.device import F32Ptr, I32Ptr, f32_at, i32_at
 from engine.launch import (Args, DevicePtr, cpu_parallel_for, launch_elements, launch_gpu_mapped_teams,
                            launch_gpu_teams, launch_grouped, launch_index, launch_rows, launch_teams, sync)
-from max.gpu import barrier, grid_dim, thread_idx
+from max.gpu import barrier, thread_idx
 from max.gpu.compute.mma import (
     WGMMADescriptor, wgmma_async, wgmma_commit_group_sync, wgmma_fence_aligned, wgmma_wait_group_sync,
 )
@@ -921,11 +921,6 @@ def crt_fraction[wide: Bool, moduli: Int, i: Int]() -> UInt64:
     return (UInt64(crt_cofactor_inverse[wide, moduli, i]()) << 32) // UInt64(modulus[wide, i]())
 
 
-def crt_fraction64[moduli: Int, i: Int]() -> UInt64:
-    """⌊2^64·c_i/p_i⌋ for the MODULI: W_i/P = c_i/p_i in 64-bit fixed point, rounded down."""
-    return UInt64((UInt128(crt_cofactor_inverse[False, moduli, i]()) << 64) // UInt128(MODULI[i]))
-
-
 def modulus_product[wide: Bool, moduli: Int]() -> UInt128:
     """P, the product of the first `moduli` moduli of the set."""
     var product = UInt128(1)
@@ -1072,58 +1067,6 @@ def crt_value[moduli: Int, wide: Bool, w: SIMDLength](
     return value
 
 
-@always_inline
-def crt_estimate[moduli: Int, w: SIMDLength](
-    residues: SIMD[DType.uint32, 16 * w], shift: SIMD[DType.int32, w]
-) -> Tuple[SIMD[DType.float32, w], SIMD[DType.bool, w]]:
-    """For each lane j, RN(X_j·2^(−shift_j)) (X from its residues as in crt_value, here below 256: a fused tile's own,
-    unsplit) and whether it is decided: found from an estimate of X with a proven error bound, decided where every
-    value within the bound rounds alike; crt_value's bits wherever decided, at about a third of its instructions.
-    - X/P from one fixed-point sum: with F_i = crt_fraction64 (W_i/P = c_i/p_i), Σ_i r_i·F_i = 2^64·S/P − θ,
-      θ = Σ_i r_i·(2^64·c_i/p_i − F_i) ∈ [0, R), R = Σ_i r_i < 11·256 < 2^12. S/P = q' + X/P (crt_value) with
-      |X/P| ≤ 1/2 − δ, δ·2^64 ≫ 2^12, so the sum modulo 2^64 read as a signed integer is t = 2^64·X/P − θ exactly:
-      X = (t + θ)·P/2^64. t is two integer sums, L = Σ r_i·(low word of F_i) (below 2^44: no wrap) and H = Σ
-      r_i·(high word of F_i) modulo 2^32: t = L + 2^32·H modulo 2^64.
-    - d = fl(fl(t)·κ), κ = fl(P/2^64)·2^−shift (a power of two: exact): three roundings of relative 2^−53 each, so
-      |d − t·(P/2^64)·2^−shift| ≤ |d|·2^−51, and θ·P/2^64 < B = 2^(12 + ⌈log2 P⌉ − 64). So X·2^−shift lies within
-      |d|·2^−51 + B·2^−shift of d, inside [d − m, d + m] for m = |d|·2^−49 + 2B·2^−shift (the slack covers the
-      roundings of m and of d ± m).
-    - Rounding to nearest is monotone: if RN(d − m) and RN(d + m) have the same bits, RN(X·2^−shift) has them (a
-      zero's sign included: +0 for both means X ≥ 0, and X = 0 gives +0; subnormal and overflowing results round as
-      the definition says, IEEE's conversion from float64). X = 0 (every residue zero) is decided as +0. The rest,
-      outputs within m of a rounding boundary, are left undecided."""
-    comptime product = modulus_product[False, moduli]()
-    comptime bound_exponent = 12 + (128 - Int(count_leading_zeros(product))) - 64  # log2 B
-    comptime kappa = (Float64(UInt64(product >> 64)) * TWO_64 + Float64(UInt64(product & 0xFFFFFFFFFFFFFFFF))) / TWO_64
-    var low = SIMD[DType.uint64, w](0)
-    var high = SIMD[DType.uint32, w](0)
-    var any_residue = SIMD[DType.uint32, w](0)
-    comptime for i in range(moduli):
-        comptime fraction = crt_fraction64[moduli, i]()
-        var r = residues.slice[w, offset = i * w]()
-        low += r.cast[DType.uint64]() * UInt64(fraction & 0xFFFFFFFF)
-        high += r * UInt32(fraction >> 32)
-        any_residue |= r
-    var t = bitcast[DType.int64, w](low + (high.cast[DType.uint64]() << 32))
-    var scale = power_of_two(-shift)
-    var d = t.cast[DType.float64]() * (SIMD[DType.float64, w](kappa) * scale)
-    comptime relative = Float64(1 << 15) / TWO_64  # 2^−49
-    var margin = fma(abs(d), SIMD[DType.float64, w](relative),
-                     scale * power_of_two(SIMD[DType.int32, w](bound_exponent + 1)))
-    var below = (d - margin).cast[DType.float32]()
-    var above = (d + margin).cast[DType.float32]()
-    var zero = any_residue.eq(0)
-    var decided = zero | bitcast[DType.uint32, w](below).eq(bitcast[DType.uint32, w](above))
-    return (zero.select(SIMD[DType.float32, w](0), below), decided)
-
-
-@always_inline
-def power_of_two[w: SIMDLength, //](k: SIMD[DType.int32, w]) -> SIMD[DType.float64, w]:
-    """2^k as a float64, for −1022 ≤ k ≤ 1023 (the exponent field alone; outside that range, meaningless)."""
-    return bitcast[DType.float64, w]((k + 1023).cast[DType.uint64]() << 52)
-
-
-comptime TWO_64 = Float64(1 << 32) * Float64(1 << 32)
 comptime TWO_52 = Float64(1 << 52)  # a float64 of magnitude [2^52, 2^53) holds exactly the integers, a unit apart
 
 
@@ -1687,11 +1630,9 @@ def fused_columns(M: Int, N: Int, K: Int, splits: Int, ranges: Bool = False) -> 
 
 
 def fused_scratch_bytes(M: Int, N: Int, K: Int, moduli: Int, splits: Int, ranges: Bool = False) -> Int:
-    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles), modulus and split; after
-    an unsplit product's, its list of undecided outputs (FusedProduct.undecided)."""
+    """Bytes of the fused kernel's residues: a byte an output of every tile (whole tiles), modulus and split."""
     var columns = fused_columns(M, N, K, splits, ranges)
-    var undecided = 8 * (1 + UNDECIDED_CAPACITY) if splits == 1 and not ranges else 0  # its list (crt_estimate)
-    return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns + undecided
+    return splits * moduli * fused_tiles(M, N, columns) * FUSED_ROWS * columns
 
 
 struct StageLoads[columns: Int](ImplicitlyCopyable, Movable):
@@ -1871,13 +1812,6 @@ struct FusedProduct(ImplicitlyCopyable, Movable):
         return args
 
     @always_inline
-    def undecided[moduli: Int, columns: Int](self) -> Int:
-        """Where the list of outputs crt_estimate left undecided begins (an unsplit product's, after its residue
-        bytes): a count, a word of padding, then UNDECIDED_CAPACITY entries of two words (tile, and owner·128 +
-        word·4 + output)."""
-        return self.residue_block[moduli, columns](fused_tiles(self.m, self.n, columns))
-
-    @always_inline
     def residue_block[moduli: Int, columns: Int](self, task: Int) -> Int:
         """Where the residue bytes of fused task `task` (split·tiles + tile) begin: a byte an output of the tile
         for each modulus."""
@@ -1972,19 +1906,16 @@ def exact_fused_tile[moduli: Int, columns: Int](task: Int, args: Args, a_map: In
     if fused.ranges:
         reconstruct_tile[moduli, columns](task % tiles, fused, task // tiles)
     elif splits == 1:
-        reconstruct_tile[moduli, columns, True](task, fused)
+        reconstruct_tile[moduli, columns](task, fused)
 
 
 @always_inline
-def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False](
-    tile_index: Int, fused: FusedProduct, own_range: Int = -1
-):
+def reconstruct_tile[moduli: Int, columns: Int](tile_index: Int, fused: FusedProduct, own_range: Int = -1):
     """Each thread of the block: its outputs of tile `tile_index` from their residues in the workspace, summed over
     the splits of k (each below p_i, so below 2^13 for at most 32 splits: crt_value's residues r_i ≡ X (mod p_i)),
     reconstructed and rounded by crt_value, as crt_round does from its residues: the same integer X, so the
-    unfused form's bits; with `estimated` (an unsplit product's own tile) by crt_estimate instead, the outputs it
-    leaves undecided listed for exact_undecided, which stores them. own_range ≥ 0 (`ranges`): that split's residues
-    alone, its range's exponents (at range·M and range·N) and its partial (at range·M·N). On the H200 (bench/RESULTS.md, 2026-12-01 00:52) this
+    unfused form's bits. own_range ≥ 0 (`ranges`): that split's residues alone, its range's exponents (at
+    range·M and range·N) and its partial (at range·M·N). On the H200 (bench/RESULTS.md, 2026-12-01 00:52) this
     SIMT form, on the FP64 and integer pipes beside the other block's products, beat the same sums as int8 products
     of residue rows and the constants' bytes on the tensor cores (9 % slower at k = 768: they spend the tensor cores
     and the shared memory the products need)."""
@@ -2025,22 +1956,14 @@ def reconstruct_tile[moduli: Int, columns: Int, estimated: Bool = False](
         # alone, and each constant weight moved into a register once for four outputs.
         var e = SIMD[DType.int32, 4](row_e[0], row_e[0], row_e[1], row_e[1])
         var f = SIMD[DType.int32, 4](column_f[0], column_f[1], column_f[0], column_f[1])
-        var value: SIMD[DType.float32, 4]
-        var decided = SIMD[DType.bool, 4](fill=True)
-        comptime if estimated:
-            value, decided = crt_estimate[moduli, 4](residues, Int32(2 * fused.bits) - e - f)
-        else:
-            value = crt_value[moduli, False, 4](residues, e, f, fused.bits)
+        var value = crt_value[moduli, False, 4](residues, e, f, fused.bits)
         var n = column0 + 8 * w + 2 * (lane % 4)
         comptime for j in range(4):
             var m = row + 8 * (j // 2)
             if m < M and n + j % 2 < N:
                 var at = m * N + n + j % 2
-                if decided[j]:
-                    c.unsafe_store(at, finished(value.slice[1, offset=j](), c, at, e.slice[1, offset=j](),
-                                                f.slice[1, offset=j](), fused.accumulate))
-                else:
-                    undecided_append(fused.undecided[moduli, columns](), tile_index, (tid << 7) | (w << 2) | j)
+                c.unsafe_store(at, finished(value.slice[1, offset=j](), c, at, e.slice[1, offset=j](),
+                                            f.slice[1, offset=j](), fused.accumulate))
 
 
 @always_inline
@@ -2085,70 +2008,7 @@ def exact_fused_narrow[moduli: Int](task: Int, args: Args, a_map: Int, b_map: In
     exact_fused_tile[moduli, 128](task, args, a_map, b_map)
 
 
-comptime UNDECIDED_CAPACITY = 1 << 18  # outputs the list holds; past it every tile is reconstructed exactly again
-
-
-@always_inline
-def undecided_append(list: Int, tile_index: Int, code: Int):
-    """Append (tile, code) to the list of undecided outputs at `list` (its count by an atomic add: the entries' order
-    varies from run to run, the outputs they stand for do not)."""
-    var slot = inlined_assembly["atom.global.add.u32 $0, [$1], 1;", UInt32, constraints="=r,l",
-                                has_side_effect=True](Int64(list))
-    if Int(slot) < UNDECIDED_CAPACITY:
-        var entry = U32Ptr(unsafe_from_address=list).unsafe_offset(2 + 2 * Int(slot))
-        entry.unsafe_store(0, UInt32(tile_index))
-        entry.unsafe_store(1, UInt32(code))
-
-
-def exact_undecided_reset[moduli: Int, columns: Int](task: Int, args: Args):
-    """The undecided list emptied before the fused kernel appends to it."""
-    if thread_idx.x == 0:
-        U32Ptr(unsafe_from_address=FusedProduct(args).undecided[moduli, columns]()).unsafe_store(0, 0)
-
-
-def exact_undecided[moduli: Int, columns: Int](task: Int, args: Args):
-    """After the fused kernel: the outputs crt_estimate left undecided, reconstructed exactly (crt_value) from their
-    residues, still in the workspace; if the list overflowed, every tile again (block task, task + grid, …)."""
-    var fused = FusedProduct(args)
-    var list = U32Ptr(unsafe_from_address=fused.undecided[moduli, columns]())
-    var count = Int(list.unsafe_load(0))
-    var grid = Int(grid_dim.x)
-    if count > UNDECIDED_CAPACITY:
-        for tile_index in range(task, fused_tiles(fused.m, fused.n, columns), grid):
-            reconstruct_tile[moduli, columns](tile_index, fused)
-        return
-    for entry in range(task * FUSED_TEAM + Int(thread_idx.x), count, grid * FUSED_TEAM):
-        var code = Int(list.unsafe_load(3 + 2 * entry))
-        exact_output[moduli, columns](fused, Int(list.unsafe_load(2 + 2 * entry)), code >> 7, (code >> 2) & 31,
-                                      code & 3)
-
-
-@always_inline
-def exact_output[moduli: Int, columns: Int](fused: FusedProduct, tile_index: Int, owner: Int, w: Int, j: Int):
-    """Output j of word w of thread `owner` in tile `tile_index` (reconstruct_tile's numbering), by crt_value from
-    its residues (unsplit), stored as reconstruct_tile stores it."""
-    var N = fused.n
-    var row0, column0 = tile_origin(tile_index, N, columns)
-    var lane = owner % 32
-    var m = row0 + 64 * (owner // 128) + 16 * (owner % 128 // 32) + lane // 4 + 8 * (j // 2)
-    var n = column0 + 8 * w + 2 * (lane % 4) + j % 2
-    var residues = SIMD[DType.uint32, 64](0)
-    add_residue_bytes[moduli](residues, packed_residues[moduli, columns](
-        fused.residue_block[moduli, columns](tile_index), w, owner))
-    var e = SIMD[DType.int32, 4](fused.a_exponents.unsafe_load(m))
-    var f = SIMD[DType.int32, 4](fused.b_exponents.unsafe_load(n))
-    var value = crt_value[moduli, False, 4](residues, e, f, fused.bits)
-    var mine = value[0]
-    comptime for k in range(1, 4):
-        if k == j:
-            mine = value[k]
-    var at = m * N + n
-    fused.c.unsafe_store(at, finished(SIMD[DType.float32, 1](mine), fused.c, at, e.slice[1, offset=0](),
-                                      f.slice[1, offset=0](), fused.accumulate))
-
-
 def exact_fused_splits_summed[moduli: Int](task: Int, args: Args):
-
     """The outputs of tile `task` (128 × 128) of a product whose k exact_fused_tile split: reconstruct_tile."""
     reconstruct_tile[moduli, 128](task, FusedProduct(args))
 
@@ -2162,25 +2022,16 @@ def fused_products[moduli: Int](dev: DevicePtr, c: F32Ptr, a_residues: Int, b_re
     var args = FusedProduct(c, i32_at(a_exponents), i32_at(b_exponents), residues, M, N, K, bits, accumulate, splits,
                             ranges).args()
     var a_map = residue_map[FUSED_ROWS](dev, a_residues, M, K, moduli)
-    var estimated = splits == 1 and not ranges
     if fused_columns(M, N, K, splits, ranges) == 256:
         comptime wide = FusedTile[256]
-        if estimated:
-            launch_gpu_teams[moduli, 32, 1, exact_undecided_reset[_, 256]](dev, 1, args)
         launch_gpu_mapped_teams[moduli, FUSED_TEAM, wide.blocks_per_sm, exact_fused_wide, wide.shared_bytes](
             dev, splits * fused_tiles(M, N, 256), args, a_map, residue_map[256](dev, b_residues, N, K, moduli)
         )
-        if estimated:
-            launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_undecided[_, 256]](dev, FUSED_BLOCKS, args)
         return
     comptime narrow = FusedTile[128]
-    if estimated:
-        launch_gpu_teams[moduli, 32, 1, exact_undecided_reset[_, 128]](dev, 1, args)
     launch_gpu_mapped_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_narrow, narrow.shared_bytes](
         dev, splits * fused_tiles(M, N, 128), args, a_map, residue_map[128](dev, b_residues, N, K, moduli)
     )
-    if estimated:
-        launch_gpu_teams[moduli, FUSED_TEAM, 2, exact_undecided[_, 128]](dev, FUSED_BLOCKS, args)
     if splits > 1 and not ranges:
         launch_gpu_teams[moduli, FUSED_TEAM, narrow.blocks_per_sm, exact_fused_splits_summed](
             dev, fused_tiles(M, N, 128), args
