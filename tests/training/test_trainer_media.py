@@ -59,14 +59,18 @@ def test_mixed_step_masks_each_item_exactly_and_places_its_tokens(files):
         if shown is None:
             assert np.all(tokens[flat] < 258) and np.all(positions[flat] == np.arange(flat.size)[:, None])
             continue
-        assert set(np.unique(tokens[flat])) <= {shown, hidden}
-        assert np.count_nonzero(tokens[flat] == hidden) == masked_count(flat.size, 0.75)
+        count = masked_count(flat.size, 0.75)  # the shown tokens first, the hidden ones last, pooled apart
+        assert np.all(tokens[flat[:flat.size - count]] == shown) and np.all(tokens[flat[flat.size - count:]] == hidden)
+        assert batch.segment_lengths[segment] == flat.size - count
+        assert np.all(batch.pooled_segments.reshape(-1)[flat[flat.size - count:]] == -1)
         if modalities[item] == M.IMAGE:
             assert np.all(positions[flat][:, 0] == 0)
-    assert batch.media.row_of[tokens == IMAGE_MASK].max() == -1
+            assert len({tuple(p) for p in positions[flat]}) == flat.size  # each patch once, wherever it was packed
     image = batch.media.modalities["image"]
-    assert image.inputs.shape == (image.visible.size, 4 * 4 * 4)  # RGBA patches of side 4
-    assert batch.media.modalities["video"].inputs.shape[1] == 2 * 8 * 8 * 3  # tubes of two RGB frames
+    assert np.all(batch.media.row_of[image.tokens] >= 0)  # hidden tokens too: their position features
+    assert image.inputs.shape == (image.tokens.size, 4 * 4 * 4 + 32)  # RGBA patches of side 4, (row, column)
+    assert np.all(image.inputs[np.isin(image.tokens, image.hidden), :64] == 0)
+    assert batch.media.modalities["video"].inputs.shape[1] == 2 * 8 * 8 * 3 + 48  # two RGB frames, three axes
 
 
 def test_mixed_steps_report_every_head_and_learn(files):

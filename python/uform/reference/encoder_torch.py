@@ -115,8 +115,9 @@ def rotary_angles(torch, positions, d, rope_base):
 def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-5, rope_base=10000.0, media=None):
     """The final-norm states ``y`` (rows, columns, H) of the tower, from the named parameters ``P``.
 
-    ``media`` (a ``training.media_step.MediaBatch`` or None): each media modality's shown tokens add
-    ``inputs · P[name.patch_embedding]`` to their id's embedding row."""
+    ``media`` (a ``training.media_step.MediaBatch`` or None): each media modality's tokens add their values and
+    position features times ``P[name.patch_embedding]`` stacked over ``P[name.position_embedding]`` to their
+    id's embedding row."""
     F = torch.nn.functional
     device, dtype = P["embedding"].device, P["embedding"].dtype
     tokens, segments, positions = (torch.as_tensor(a, dtype=torch.long, device=device)
@@ -145,8 +146,9 @@ def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-
         h = h.reshape(B * T, H)
         for name, rows in media.modalities.items():
             inputs = torch.as_tensor(rows.inputs, dtype=dtype, device=device)
-            visible = torch.as_tensor(rows.visible, dtype=torch.long, device=device)
-            h = h.index_add(0, visible, inputs @ P[f"{name}.patch_embedding"])
+            placed = torch.as_tensor(rows.tokens, dtype=torch.long, device=device)
+            weight = torch.cat([P[f"{name}.patch_embedding"], P[f"{name}.position_embedding"]])
+            h = h.index_add(0, placed, inputs @ weight)
         h = h.reshape(B, T, H)
     for i in range(depth):
         w = lambda name: P[f"layers.{i}.{name}"]  # noqa: E731
@@ -162,10 +164,12 @@ def encode(torch, P, tokens, segments, positions, *, hidden, depth, norm_eps=1e-
     return _rms_norm(torch, h, P["final_norm"], norm_eps)
 
 
-def pool(torch, y, segments, segment_count):
-    """``e_s``: the mean of ``y`` (rows, columns, H) over each segment's positions, (S, H) by segment index."""
+def pool(torch, y, segments, segment_count, hidden=()):
+    """``e_s``: the mean of ``y`` (rows, columns, H) over each segment's positions, (S, H) by segment index; the
+    flat positions in ``hidden`` (a media item's hidden tokens) take no part."""
     H = y.shape[-1]
-    segments = torch.as_tensor(segments, dtype=torch.long, device=y.device).reshape(-1)
+    segments = torch.as_tensor(segments, dtype=torch.long, device=y.device).reshape(-1).clone()
+    segments[torch.as_tensor(np.asarray(hidden, np.int64), device=y.device)] = -1
     member = (segments[None, :] == torch.arange(segment_count, device=y.device)[:, None]).to(y.dtype)
     counts = member.sum(dim=1, keepdim=True)
     return (member @ y.reshape(-1, H)) / torch.clamp(counts, min=1)
@@ -265,7 +269,7 @@ def step_loss(torch, flat, registry, *, hidden, depth, tokens, segments, positio
     y = encode(torch, P, tokens, segments, positions, hidden=hidden, depth=depth, norm_eps=norm_eps,
                rope_base=rope_base, media=media)
     S = len(groups)
-    pooled = pool(torch, y, segments, S)
+    pooled = pool(torch, y, segments, S, media.hidden_tokens if media is not None else ())
 
     masked = zero
     if objective != "contrastive":

@@ -22,7 +22,7 @@ from ..nn.resident import AdamW, HostState, ResidentState, named_tensors, regist
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import StackGeometry, TransformerStack, layer_tensors
 from .enums import Objective
-from .media_step import POSITION_AXES, MediaBatch
+from .media_step import KIND_NAMED, POSITION_AXES, MediaBatch
 from .choices import ChoiceBatch
 from .late_interaction import LateBatch
 from .vocabulary import BYTE_COUNT, VOCABULARY_SIZE
@@ -31,8 +31,8 @@ HEAD_DIM = 64
 MLP_RATIO = 4
 NORM_EPS = 1e-5
 ROPE_BASE = 10000.0
-DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head", "patch_embedding", "reconstruction",
-           "token_head")
+DECAYED = ("embedding", "wq", "wk", "wv", "wo", "w_up", "w_down", "masked_head", "patch_embedding",
+           "position_embedding", "reconstruction", "token_head")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ def encoder_registry(geometry: EncoderGeometry) -> list[dict]:
         shapes += [("late_interaction.token_head", (geometry.hidden, geometry.late_width)),
                    ("late_interaction.log_scale", (geometry.groups,)), ("late_interaction.bias", (geometry.groups,))]
     for name, width in geometry.media:
-        shapes.append((f"{name}.patch_embedding", (width, geometry.hidden)))
+        # the position embedding right after the patch embedding: one [width + position width, H] matrix
+        shapes += [(f"{name}.patch_embedding", (width, geometry.hidden)),
+                   (f"{name}.position_embedding", (KIND_NAMED[name].position_width, geometry.hidden))]
         if geometry.masked:
             shapes.append((f"{name}.reconstruction", (geometry.hidden, width)))
     return tensor_registry(shapes)
@@ -124,7 +126,7 @@ class StepBatch:
     positions: np.ndarray        # (rows, columns), or (rows, columns, 3): time, row, column
     token_segments: np.ndarray   # (rows, columns) world segment index of each position, −1 for padding
     segment_starts: np.ndarray   # (S,) flat token index of each of this device's segments' first position
-    segment_lengths: np.ndarray  # (S,)
+    segment_lengths: np.ndarray  # (S,) the positions each pools over: all but a media item's hidden tokens
     groups: np.ndarray           # (W,) temperature group of each of the world's W segments
     sign: np.ndarray             # (W, W) +1 attract, −1 repel, 0 skipped
     weight: np.ndarray           # (W, W) weights with the form's normalisation folded in
@@ -136,6 +138,7 @@ class StepBatch:
     media: MediaBatch | None = None  # the media tokens' rows, if the step has media items
     late: LateBatch | None = None    # the late-interaction rows and targets, if the run trains it
     choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
+    pooled_segments: np.ndarray = None  # (rows, columns) token_segments, −1 at hidden media tokens; None: the same
     spans: np.ndarray = field(init=False)  # (rows·columns, 2) each position's attention span, made with the batch
     tiles: np.ndarray = field(init=False)  # (T, 2) attention's tiles for the spans (kernels.attention_tiles)
 
@@ -144,6 +147,8 @@ class StepBatch:
             self.world_segments = np.arange(len(self.segment_starts), dtype=np.int32)
         if self.world_lengths is None:
             self.world_lengths = self.segment_lengths
+        if self.pooled_segments is None:
+            self.pooled_segments = self.token_segments
         rows, columns = self.tokens.shape  # here, so that a batch prepared ahead has its spans ready too
         self.spans = K.attention_spans(rows * columns, columns, self.token_segments)
         self.tiles = K.attention_tiles(self.spans)
@@ -259,9 +264,9 @@ class PoolingBuffers:
 class ModalityBuffers:
     """One media modality's rows at capacity (a row per token of the step); a step uses their first rows."""
 
-    inputs: Buffer         # (n, width) the shown tokens' pixels or samples
-    visible: Buffer        # (n,) int32 their flat token indices
-    d_embedded: Buffer     # (n, hidden) the gradient at their patch embeddings
+    inputs: Buffer         # (n, width + position width) every token's pixels or samples and position features
+    tokens: Buffer         # (n,) int32 their flat token indices
+    d_embedded: Buffer     # (n, hidden) the gradient at their patch and position embeddings
     targets: Buffer        # (n, width) the hidden tokens' reconstruction targets
     hidden: Buffer         # (n,) int32 their flat token indices
     states: Buffer         # (n, hidden) their final-norm states
@@ -271,9 +276,10 @@ class ModalityBuffers:
     row_losses: Buffer     # (n,)
 
     @classmethod
-    def allocate(cls, device: Device, n: int, width: int, hidden: int) -> ModalityBuffers:
+    def allocate(cls, device: Device, n: int, width: int, position_width: int, hidden: int) -> ModalityBuffers:
         d = device
-        return cls(inputs=d.empty((n, width)), visible=d.empty(n, np.int32), d_embedded=d.empty((n, hidden)),
+        return cls(inputs=d.empty((n, width + position_width)), tokens=d.empty(n, np.int32),
+                   d_embedded=d.empty((n, hidden)),
                    targets=d.empty((n, width)), hidden=d.empty(n, np.int32), states=d.empty((n, hidden)),
                    d_states=d.empty((n, hidden)), prediction=d.empty((n, width)), d_prediction=d.empty((n, width)),
                    row_losses=d.empty(n))
@@ -370,7 +376,7 @@ class EncoderBuffers:
     rstd and gradient dy), and the heads the objective has."""
 
     tokens: TokenInputs
-    token_segments: Buffer
+    pooled_segments: Buffer
     y: Buffer
     rstd: Buffer
     dy: Buffer
@@ -422,12 +428,13 @@ class EncoderModel(ResidentState):
             if g.contrastive and segments else None
         media = MediaBuffers(
             row_of=d.empty(n, np.int32), embedded=d.empty((n, g.hidden)),
-            modalities={name: ModalityBuffers.allocate(d, n, width, g.hidden) for name, width in g.media},
+            modalities={name: ModalityBuffers.allocate(d, n, width, KIND_NAMED[name].position_width, g.hidden)
+                        for name, width in g.media},
         ) if g.media else None
         rows = n // columns
         return EncoderBuffers(
             tokens=TokenInputs.allocate(d, n, VOCABULARY_SIZE, POSITION_AXES, rows=rows),
-            token_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
+            pooled_segments=d.empty(n, np.int32), y=d.empty((n, g.hidden)), rstd=d.empty(n),
             dy=d.empty((n, g.hidden)),
             embedding_partials=d.empty((rows, VOCABULARY_SIZE, g.hidden)) if self.training and self.row_length
             else None,
@@ -445,7 +452,7 @@ class EncoderModel(ResidentState):
         positions = batch.positions if batch.positions.ndim == 3 else \
             np.repeat(batch.positions[..., None], POSITION_AXES, -1)
         tokens.positions.write(positions.reshape(n, POSITION_AXES))
-        buffers.token_segments.write(batch.token_segments.reshape(-1))
+        buffers.pooled_segments.write(batch.pooled_segments.reshape(-1))
         buffers.tiles = tokens.write_spans(batch.spans, batch.tiles)
         media = batch.media_rows()
         if media is not None:
@@ -562,36 +569,46 @@ class EncoderModel(ResidentState):
 
     # ---- media: patch embeddings in, reconstruction heads out -----------------------------------------
 
+    def _input_embedding(self, flat: Buffer, name: str) -> Buffer:
+        """A modality's patch and position embeddings as one [width + position width, H] matrix of the flat
+        parameters or gradient (the two lie back to back in the flat order)."""
+        patch = next(entry for entry in self.registry if entry["name"] == f"{name}.patch_embedding")
+        rows = patch["shape"][0] + KIND_NAMED[name].position_width
+        return flat.view(patch["offset"], (rows, self.geometry.hidden))
+
     def _embed_media(self, buffers: EncoderBuffers, media: MediaBatch) -> None:
-        """Each modality's shown tokens through its patch embedding (E = inputs·W), stacked in order."""
+        """Each modality's tokens through its patch and position embeddings (E = inputs·W, inputs a token's values
+        then its position features), stacked in order."""
         H = self.geometry.hidden
         stacked = 0
-        for name, width in self.geometry.media:
+        for name, _ in self.geometry.media:
             rows = media.modalities.get(name)
-            if rows is None or rows.visible.size == 0:
+            if rows is None or rows.tokens.size == 0:
                 continue
-            b, shown = buffers.media.modalities[name], rows.visible.size
-            inputs = b.inputs.view(0, (shown, width))
+            b, count = buffers.media.modalities[name], rows.tokens.size
+            weight = self._input_embedding(self.parameters, name)
+            inputs = b.inputs.view(0, (count, weight.shape[0]))
             inputs.write(rows.inputs)
-            b.visible.view(0, shown).write(rows.visible)
-            K.gemm(buffers.media.embedded.view(stacked * H, (shown, H)), inputs,
-                   self.weights[f"{name}.patch_embedding"], shown, H, width)
-            stacked += shown
+            b.tokens.view(0, count).write(rows.tokens)
+            K.gemm(buffers.media.embedded.view(stacked * H, (count, H)), inputs, weight, count, H, weight.shape[0])
+            stacked += count
         buffers.media.row_of.write(media.row_of)
 
     def _patch_embedding_backward(self, buffers: EncoderBuffers, media: MediaBatch | None, dh: Buffer) -> None:
-        """dW = inputsᵀ·dE for each modality, dE the input gradient at its shown tokens (zero without any)."""
+        """dW = inputsᵀ·dE for each modality's patch and position embeddings, dE the input gradient at its tokens
+        (zero without any)."""
         H = self.geometry.hidden
-        for name, width in self.geometry.media:
-            gradient = self.weight_grads[f"{name}.patch_embedding"]
+        for name, _ in self.geometry.media:
+            gradient = self._input_embedding(self.gradients, name)
             rows = media.modalities.get(name) if media is not None else None
-            if rows is None or rows.visible.size == 0:
+            if rows is None or rows.tokens.size == 0:
                 K.fill(gradient, 0.0)
                 continue
-            b, shown = buffers.media.modalities[name], rows.visible.size
-            d_embedded = b.d_embedded.view(0, (shown, H))
-            K.gather_rows(d_embedded, dh, b.visible.view(0, shown), H)
-            K.gemm(gradient, b.inputs.view(0, (shown, width)), d_embedded, width, H, shown, transpose_a=True)
+            b, count = buffers.media.modalities[name], rows.tokens.size
+            d_embedded = b.d_embedded.view(0, (count, H))
+            K.gather_rows(d_embedded, dh, b.tokens.view(0, count), H)
+            width = gradient.shape[0]
+            K.gemm(gradient, b.inputs.view(0, (count, width)), d_embedded, width, H, count, transpose_a=True)
 
     def _reconstruct(self, buffers: EncoderBuffers, media: MediaBatch | None, weights: dict[str, float],
                      with_gradient: bool, dy_written: bool) -> tuple[dict[str, float], bool]:
@@ -687,7 +704,7 @@ class EncoderModel(ResidentState):
                 K.fill(c.dpooled, 0.0)
             K.l2_normalize_backward(c.dpooled, du, u, inverse, width, H, accumulate=k > 0 or width < H)
         if with_gradient:
-            K.pool_backward(buffers.dy, c.dpooled, buffers.token_segments, c.lengths, H, accumulate=accumulate)
+            K.pool_backward(buffers.dy, c.dpooled, buffers.pooled_segments, c.lengths, H, accumulate=accumulate)
         return [prefix.row_losses for prefix in c.prefixes]
 
     # ---- late interaction -------------------------------------------------------------------------------

@@ -4,11 +4,18 @@ An IMAGE, VIDEO or AUDIO item enters the encoder as one segment of tokens, one p
 tube (video) or frame (audio); ``uform.media`` cuts them (``docs/media.md``, ``docs/audio.md``),
 at most a row's ``max_columns_per_row`` of them. Each token's input is its modality's embedding
 row (``vocabulary.IMAGE_TOKEN`` …) plus its *patch embedding*, a linear map of its pixels or
-samples; a token the masked objective hides shows its modality's mask row instead, and the
-modality's reconstruction head predicts its normalised pixels or samples (MAE's target) from the
-final hidden state. Rotary positions have three axes (time, row, column): an image patch sits at
-(0, row, column), a video tube at (time, row, column), an audio frame at (f, f, f) and a text byte
-at (p, p, p), which rotates exactly as one-axis positions do.
+samples, and of its absolute position (:func:`position_features`); a token the masked objective
+hides shows its modality's mask row and its position, and its modality's reconstruction head
+predicts its normalised pixels or samples (MAE's target) from the final hidden state. Rotary
+positions have three axes (time, row, column): an image patch sits at (0, row, column), a video
+tube at (time, row, column), an audio frame at (f, f, f) and a text byte at (p, p, p), which rotates
+exactly as one-axis positions do.
+
+Rotary positions are relative, and a mean over a segment's states cannot say where in an image a
+thing lies; the absolute features let it (``docs/encoder.md``, "Media tokens", has the measurement).
+Within a media segment the shown tokens are packed first and the hidden ones after them, so that
+the pooled embedding, the mean over the segment's first ``StepBatch.segment_lengths`` positions,
+is the mean of the tokens that show content.
 
 :func:`submit_items` starts decoding and cutting a step's media items on a
 :class:`uform.media.DecodePool` and answers at once, so a step's decoding can run while the device
@@ -34,6 +41,19 @@ from .vocabulary import AUDIO_MASK, AUDIO_TOKEN, IMAGE_MASK, IMAGE_TOKEN, VIDEO_
 
 POSITION_AXES = 3
 """Rotary position columns of every encoder token: time, row, column."""
+POSITION_FREQUENCIES = 8
+"""Frequencies of each axis's absolute position features: periods 4, 8, …, 512 positions."""
+
+
+def position_features(positions: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``(tokens, 2·POSITION_FREQUENCIES·len(axes))`` float32: for each of the ``axes`` of the ``(tokens, 3)``
+    rotary positions (0 time, 1 row, 2 column) and each k < POSITION_FREQUENCIES, ``sin(p·ω_k)`` then
+    ``cos(p·ω_k)`` with ``ω_k = π / 2^(k+1)``, computed in float64 (the angle reduced to one period first,
+    where it is exact) and rounded to float32."""
+    periods = 2.0 ** (np.arange(POSITION_FREQUENCIES) + 2)
+    p = positions[:, list(axes)].astype(np.float64)[:, :, None]
+    angles = 2 * np.pi * (np.mod(p, periods) / periods)
+    return np.stack([np.sin(angles), np.cos(angles)], -1).reshape(len(positions), -1).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -44,6 +64,13 @@ class MediaKind:
     name: str
     token: int
     mask_token: int
+    position_axes: tuple[int, ...]
+    """The rotary axes its tokens' absolute position features read (0 time, 1 row, 2 column)."""
+
+    @property
+    def position_width(self) -> int:
+        """The absolute position features one token carries after its values."""
+        return 2 * POSITION_FREQUENCIES * len(self.position_axes)
 
     def width(self, batch: BatchShape) -> int:
         """The values one token carries (pixels of a patch or tube, samples of a frame); 0 leaves it out."""
@@ -64,11 +91,12 @@ class MediaKind:
 
 
 MEDIA_KINDS = (
-    MediaKind(Modality.IMAGE, "image", IMAGE_TOKEN, IMAGE_MASK),
-    MediaKind(Modality.VIDEO, "video", VIDEO_TOKEN, VIDEO_MASK),
-    MediaKind(Modality.AUDIO, "audio", AUDIO_TOKEN, AUDIO_MASK),
+    MediaKind(Modality.IMAGE, "image", IMAGE_TOKEN, IMAGE_MASK, position_axes=(1, 2)),
+    MediaKind(Modality.VIDEO, "video", VIDEO_TOKEN, VIDEO_MASK, position_axes=(0, 1, 2)),
+    MediaKind(Modality.AUDIO, "audio", AUDIO_TOKEN, AUDIO_MASK, position_axes=(0,)),
 )
 KIND_OF = {kind.modality: kind for kind in MEDIA_KINDS}
+KIND_NAMED = {kind.name: kind for kind in MEDIA_KINDS}
 
 
 def media_geometry(batch: BatchShape) -> tuple[tuple[str, int], ...]:
@@ -150,9 +178,10 @@ class ModalityRows:
     """One modality's rows in a step, in packed order."""
 
     inputs: np.ndarray
-    """``(visible, width)`` float32: the inputs of the tokens shown."""
-    visible: np.ndarray
-    """``(visible,)`` int32: the flat token index of each shown token."""
+    """``(tokens, width + position width)`` float32: every token's values (zeros for a hidden token), then its
+    absolute position features: what the patch and position embeddings read."""
+    tokens: np.ndarray
+    """``(tokens,)`` int32: the flat token index of each."""
     targets: np.ndarray
     """``(hidden, width)`` float32: the reconstruction targets of the hidden tokens."""
     hidden: np.ndarray
@@ -164,43 +193,57 @@ class MediaBatch:
     """A step's media as the model reads it."""
 
     row_of: np.ndarray
-    """``(tokens,)`` int32: each token's row in the shown inputs of every modality stacked in
-    ``MEDIA_KINDS`` order, −1 for text, padding and hidden tokens."""
+    """``(tokens,)`` int32: each token's row in the inputs of every modality stacked in ``MEDIA_KINDS`` order,
+    −1 for text and padding."""
+    hidden_of_segment: np.ndarray
+    """``(segments,)`` int32: the hidden tokens each packed segment ends with (0 for text)."""
     modalities: dict[str, ModalityRows] = field(default_factory=dict)
     truncated: int = 0
+
+    @property
+    def hidden_tokens(self) -> np.ndarray:
+        """The flat token index of every hidden token, of every modality."""
+        return np.concatenate([rows.hidden for rows in self.modalities.values()]) if self.modalities else \
+            np.empty(0, np.int32)
 
 
 def place_media(packed: Packed, tokens: np.ndarray, positions: np.ndarray, modalities: np.ndarray,
                 items: dict[int, MediaItem], masking: Masking | None, seed: int, step: int) -> MediaBatch:
     """Draw every packed media item's mask (``masking`` None: nothing hidden), write its token ids into
-    ``tokens`` and its positions into ``positions`` (flat views of the grid), and gather its rows."""
+    ``tokens`` and its positions into ``positions`` (flat views of the grid), the shown tokens first and the
+    hidden ones after them, and gather its rows."""
     ends = np.cumsum(packed.segment_length)
     starts = ends - packed.segment_length
     row_of = np.full(tokens.size, -1, np.int32)
-    batch = MediaBatch(row_of=row_of)
-    shown_before = 0
+    batch = MediaBatch(row_of=row_of, hidden_of_segment=np.zeros(len(packed.item_of_segment), np.int32))
+    stacked = 0
     for kind in MEDIA_KINDS:
-        inputs, visible, targets, hidden = [], [], [], []
+        inputs, placed, targets, hidden = [], [], [], []
         for segment, item in enumerate(packed.item_of_segment):
             if modalities[item] != kind.modality:
                 continue
             prepared = items[int(item)]
             flat = packed.flat[starts[segment]:ends[segment]]
-            positions[flat] = prepared.positions
             count = flat.size
             masked = (mask_patches(count, kind.mask_ratio(masking), seed, step, int(item))
                       if masking is not None else np.zeros(count, bool))
-            tokens[flat[masked]] = kind.mask_token
-            inputs.append(prepared.inputs[~masked])
-            visible.append(flat[~masked])
-            targets.append(prepared.targets[masked])
-            hidden.append(flat[masked])
+            order = np.argsort(masked, kind="stable")  # the shown tokens, then the hidden ones, each in order
+            shown = count - int(np.count_nonzero(masked))
+            positions[flat] = prepared.positions[order]
+            tokens[flat[shown:]] = kind.mask_token
+            values = prepared.inputs[order]
+            values[shown:] = 0.0
+            inputs.append(np.concatenate([values, position_features(positions[flat], kind.position_axes)], 1))
+            placed.append(flat)
+            targets.append(prepared.targets[order[shown:]])
+            hidden.append(flat[shown:])
+            batch.hidden_of_segment[segment] = count - shown
             batch.truncated += prepared.truncated
         if not inputs:
             continue
-        rows = ModalityRows(inputs=np.concatenate(inputs), visible=np.concatenate(visible).astype(np.int32),
+        rows = ModalityRows(inputs=np.concatenate(inputs), tokens=np.concatenate(placed).astype(np.int32),
                             targets=np.concatenate(targets), hidden=np.concatenate(hidden).astype(np.int32))
-        row_of[rows.visible] = shown_before + np.arange(rows.visible.size, dtype=np.int32)
-        shown_before += rows.visible.size
+        row_of[rows.tokens] = stacked + np.arange(rows.tokens.size, dtype=np.int32)
+        stacked += rows.tokens.size
         batch.modalities[kind.name] = rows
     return batch

@@ -596,10 +596,15 @@ class Trainer:
         choices = choice_batch(packed, choosing_items, inputs.choice_offsets, inputs.choice_bytes,
                                inputs.choice_targets if inputs.choice_targets.size else None,
                                shape.max_segments_per_device) if choosing_items.any() else None
+        pooled_lengths, pooled_segments = packed.segment_length, None
+        if media is not None and media.hidden_of_segment.any():  # a media segment pools its shown tokens alone
+            pooled_lengths = packed.segment_length - media.hidden_of_segment
+            pooled_segments = packed.segment_ids.copy()
+            pooled_segments.reshape(-1)[media.hidden_tokens] = -1
         batch = StepBatch(
             tokens=tokens, targets=targets, positions=positions, token_segments=packed.segment_ids,
             segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
-            segment_lengths=packed.segment_length.astype(np.int32),
+            segment_lengths=pooled_lengths.astype(np.int32), pooled_segments=pooled_segments,
             groups=inputs.temperature_groups[items].astype(np.int32), sign=sign.astype(np.float32),
             weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)),
             media=media, late=late, choices=choices)

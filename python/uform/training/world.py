@@ -228,7 +228,7 @@ def device_batch(batch: StepBatch, packed, device: int, rows: int) -> StepBatch:
     columns = batch.tokens.shape[1]
     own = np.flatnonzero((packed.segment_row >= block.start) & (packed.segment_row < block.stop))
     return replace(batch, tokens=batch.tokens[block], targets=batch.targets[block], positions=batch.positions[block],
-                   token_segments=batch.token_segments[block],
+                   token_segments=batch.token_segments[block], pooled_segments=batch.pooled_segments[block],
                    segment_starts=((packed.segment_row[own] - block.start) * columns
                                    + packed.segment_start[own]).astype(np.int32),
                    segment_lengths=batch.segment_lengths[own], world_segments=own.astype(np.int32),
