@@ -4,16 +4,19 @@
   ``{"query": ..., "document": ..., "weight"?: ..., "group"?: ...}`` object per line.
 - :mod:`.stdlib`: :func:`mine_standard_library_pairs` -- docstring-summary -> signature pairs parsed
   (never imported) from this Python's standard library, so a run needs no download.
+- :mod:`.relations`: :func:`pair_relations` -- a step's attract edges, and ignore edges between pairs whose
+  documents are equal.
 - :mod:`.evaluate`: :func:`recall_at_1` (cosine, ties are misses), :func:`bag_of_bytes_embeddings`
   (the hashed byte-bigram baseline) and :func:`split_pairs` (deterministic held-out split).
 """
 
 from .evaluate import BIGRAM_DIMENSIONS, bag_of_bytes_embeddings, recall_at_1, split_pairs
 from .jsonl import Pair, PairFormatError, read_pairs, write_pairs
+from .relations import pair_relations
 from .stdlib import MAX_QUERY_BYTES, MIN_QUERY_BYTES, mine_standard_library_pairs, standard_library_files
 
 __all__ = [
     "BIGRAM_DIMENSIONS", "MAX_QUERY_BYTES", "MIN_QUERY_BYTES", "Pair", "PairFormatError",
-    "bag_of_bytes_embeddings", "mine_standard_library_pairs", "read_pairs", "recall_at_1",
+    "bag_of_bytes_embeddings", "mine_standard_library_pairs", "pair_relations", "read_pairs", "recall_at_1",
     "split_pairs", "standard_library_files", "write_pairs",
 ]

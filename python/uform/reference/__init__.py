@@ -6,6 +6,8 @@ and measured against.
   peer in ``bench/bench_lm.py``).
 - :mod:`.encoder_torch` -- the text encoder of ``docs/encoder.md`` and its losses in PyTorch (the tests'
   float64 autograd, the peer in ``bench/bench_encoder.py``).
+- :mod:`.clip_torch` -- a plain CLIP-style pair trainer in PyTorch (two towers, learned positions, SigLIP): the
+  quality peer of ``bench/bench_quality.py`` and the image quality test.
 - :mod:`.masking` -- span corruption read from its module doc, a segment and a draw at a time, its words from
   numpy's Philox.
 
