@@ -26,15 +26,16 @@ from tqdm import tqdm
 import uform
 from uform.files import write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
-from uform.pairs import bag_of_bytes_embeddings, mine_standard_library_pairs, read_pairs, recall_at_1, split_pairs
+from uform.pairs import (bag_of_bytes_embeddings, mine_standard_library_pairs, pair_relations, read_pairs, recall_at_1,
+                         split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                        check_writable, checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint,
+                        check_writable, checkpoint_path, device_executor, falls_on, fraction, link_final, newest_checkpoint,
                         non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
                         prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run,
                         stopped_early)
 
 TRAIN_DESCRIPTION = """\
-Train a small JOINT encoder on (query, document) pairs and measure held-out retrieval.
+Train a small encoder on (query, document) pairs and measure held-out retrieval.
 
 With no --pairs, --data picks the pairs: stdlib (the default) mines docstring-summary → signature
 pairs from the standard library's sources, which every Python install has; shapes renders
@@ -56,6 +57,9 @@ signal's number; --resume RUN_DIR then continues to the same bits as an uninterr
 
 SOUND_RATE = 8000  # the sounds reach 3.5 kHz, under this rate's Nyquist frequency
 SOUND_CHUNK = 400  # 50 ms frames: the longest sound (three long bursts) fits a row of 160
+MEDIA_MASK_RATIO = 0.5
+"""The patches or frames a media step hides: FLIP's half rather than MAE's derived three quarters, since JOINT
+scores its contrastive term on the masked forward (docs/encoder.md, "What the image tower needs")."""
 DATA_STREAM = 2**32
 """Added to the step in the Philox key of a step's pair draw, [seed, DATA_STREAM + step], so that it never
 repeats the key [seed, n] of tensor n's initialisation."""
@@ -140,14 +144,13 @@ def step_pairs(training: list, seed: int, step: int, count: int) -> list:
 
 
 def step_items(job: Job, pairs) -> tuple[list, list, uform.Relations, list[int]]:
-    """Queries then documents as items, each attracting its partner with the pair's weight."""
+    """Queries then documents as items, each attracting its partner with the pair's weight; pairs of one
+    document ignore each other (``uform.pairs.pair_relations``)."""
     n = len(pairs)
     modalities = [job.query_modality] * n + [uform.Modality.TEXT] * n
     contents = [p.query for p in pairs] + [p.document for p in pairs]
-    partners = list(range(n, 2 * n)) + list(range(n))
-    weights = [p.weight for p in pairs] * 2
     groups = [p.group for p in pairs] * 2
-    return modalities, contents, uform.Relations(attract=(np.arange(2 * n + 1), partners, weights)), groups
+    return modalities, contents, pair_relations([p.document for p in pairs], [p.weight for p in pairs]), groups
 
 
 def held_out_recall(trainer: uform.Trainer, job: Job, held_out: list) -> float:
@@ -165,6 +168,14 @@ def baseline(job: Job, held_out: list) -> tuple[tuple[str, float], str]:
                             bag_of_bytes_embeddings([p.document for p in held_out]))
         return ("bag-of-bytes baseline", value), f"bag-of-bytes baseline {value:.3f}"
     return ("chance", 1 / len(held_out)), f"chance {1 / len(held_out):.4f}"
+
+
+def objective(args, job: Job) -> uform.Objective:
+    """--objective, or the one that trains the job best: JOINT for text queries, CONTRASTIVE for media ones
+    (docs/encoder.md, "What the image tower needs": JOINT's masked captions and patches cost image→text recall)."""
+    if args.objective is not None:
+        return uform.Objective[args.objective.upper()]
+    return uform.Objective.JOINT if job.query_modality == uform.Modality.TEXT else uform.Objective.CONTRASTIVE
 
 
 def train_parser() -> Parser:
@@ -187,6 +198,11 @@ def train_parser() -> Parser:
     model.add_argument("--pairs-per-step", type=positive_int, default=128, metavar="N", help="pairs each step draws")
     model.add_argument("--learning-rate", type=positive_float, default=1e-3, metavar="LR",
                        help="peak learning rate (warmup, then cosine)")
+    model.add_argument("--objective", choices=("joint", "contrastive"),
+                       help="joint: the contrastive and masked terms on one masked forward; contrastive: nothing "
+                            "hidden (default: joint for text queries, contrastive for images and sounds)")
+    model.add_argument("--mask-ratio", type=fraction, default=MEDIA_MASK_RATIO, metavar="R",
+                       help="the fraction of an image's patches or a recording's frames a joint step hides")
     model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
     model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
     model.add_argument("--numerics", choices=("identical", "fast"), default="identical",
@@ -211,10 +227,13 @@ def train(argv: list[str]) -> int:
     items = 2 * args.pairs_per_step
     try:
         trainer = uform.Trainer.init_vram(
-            executor, resume=resume_from, depth=args.depth, hidden=args.hidden, objective=uform.Objective.JOINT,
+            executor, resume=resume_from, depth=args.depth, hidden=args.hidden,
+            objective=objective(args, job),
             batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
                                    max_columns_per_row=columns, image=job.image, audio=job.audio),
-            contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1),
+            masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio),
+            contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
+                                          max_edges_per_device=items * items),
             schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed,
             numerics=args.numerics)
     except uform.UFormError as error:

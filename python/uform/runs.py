@@ -93,7 +93,14 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-for _check in (positive_int, non_negative_int, positive_float, non_negative_float):
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
+    return value
+
+
+for _check in (positive_int, non_negative_int, positive_float, non_negative_float, fraction):
     _check.__name__ = _check.__name__.replace("_", " ")  # argparse names the type in its message
 
 
