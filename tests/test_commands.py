@@ -7,6 +7,7 @@ test runs the train job as a real process, so that it receives a real SIGINT.
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -261,3 +262,17 @@ def test_a_step_checkpoint_is_written_once_when_a_stop_falls_on_a_save_step(tmp_
     assert save(100) == tmp_path / "step-100" and save(100) == tmp_path / "step-100"
     assert save(101) == tmp_path / "step-101" and save(100) == tmp_path / "step-100"
     assert written == [100, 101, 100]
+
+
+def test_train_job_on_names_beats_bag_of_bytes_and_bm25(tmp_path, capsys):
+    """The default data: names across scripts, held out by English name. A small CPU run beats both baselines."""
+    status, out, err = command(uform_main, [
+        "train", "--steps", "150", "--pairs-per-step", "32", "--depth", "2", "--hidden", "128", "--eval-every", "0",
+        "--save-every", "0", "--device", "cpu", "--run-dir", str(tmp_path / "run")], capsys)
+    assert status == 0 and "500 held out" in err
+    with open(tmp_path / "run" / "metrics.csv") as file:
+        last = list(csv.DictReader(file))[-1]
+    found = re.search(r"bag-of-bytes ([0-9.]+) · BM25 ([0-9.]+)", out)
+    assert float(last["held_out_recall_at_1"]) > max(float(found[1]), float(found[2])) + 0.03
+    assert float(last["held_out_mrr"]) >= float(last["held_out_recall_at_1"])
+    assert float(last["held_out_recall_at_10"]) >= float(last["held_out_recall_at_1"])

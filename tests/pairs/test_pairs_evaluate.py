@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from uform.pairs import BIGRAM_DIMENSIONS, bag_of_bytes_embeddings, recall_at_1, split_pairs
+from uform.pairs import (BIGRAM_DIMENSIONS, Pair, bag_of_bytes_embeddings, bm25_scores, recall_at_1, retrieval_metrics,
+                         split_by_document, split_pairs)
 
 
 def test_identity_embeddings_recall_everything():
@@ -68,3 +69,32 @@ def test_bag_of_bytes_baseline_on_held_out_standard_library_pairs(standard_libra
                          bag_of_bytes_embeddings([p.document for p in held]))
     print(f"\nbag-of-bytes recall@1 on {len(held)} held-out standard-library pairs: {recall:.3f}")
     assert 0.0 < recall < 1.0
+
+
+def test_retrieval_metrics_rank_ties_against_the_correct_document():
+    rng = np.random.default_rng(3)
+    queries = rng.normal(size=(40, 6))
+    documents = queries + 0.8 * rng.normal(size=(40, 6))
+    metrics = retrieval_metrics(queries, documents)
+    assert metrics["recall_at_1"] == recall_at_1(queries, documents)
+    similarity = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ \
+        (documents / np.linalg.norm(documents, axis=1, keepdims=True)).T
+    ranks = 1 + np.array([np.sum(np.delete(row, i) >= row[i]) for i, row in enumerate(similarity)])
+    assert metrics["mrr"] == pytest.approx(np.mean(1 / ranks))
+    assert metrics["recall_at_10"] == pytest.approx(np.mean(ranks <= 10))
+    constant = retrieval_metrics(scores=np.ones((5, 5)))
+    assert constant == {"recall_at_1": 0.0, "recall_at_10": 1.0, "mrr": pytest.approx(1 / 5)}
+
+
+def test_bm25_finds_the_document_sharing_words():
+    scores = bm25_scores(["red panda eats", "boiling water", "?"], ["water boils", "a panda", "the capital"])
+    assert np.argmax(scores[0]) == 1 and np.argmax(scores[1]) == 0 and not scores[2].any()
+
+
+def test_split_by_document_holds_out_every_pair_of_a_document():
+    pairs = [Pair(query=f"q{i}", document=f"d{i % 7}") for i in range(50)]
+    train, held = split_by_document(pairs, 3, seed=5)
+    assert len(held) == 3 and len({p.document for p in held}) == 3
+    assert not {p.document for p in held} & {p.document for p in train}
+    assert len(train) == 50 - sum(p.document in {h.document for h in held} for p in pairs)
+    assert split_by_document(pairs, 3, seed=5) == (train, held)

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["BIGRAM_DIMENSIONS", "bag_of_bytes_embeddings", "recall_at_1", "split_pairs"]
+__all__ = ["BIGRAM_DIMENSIONS", "bag_of_bytes_embeddings", "bm25_scores", "recall_at_1", "retrieval_metrics",
+           "split_by_document", "split_pairs"]
 
 BIGRAM_DIMENSIONS = 4096
 _HASH_MULTIPLIER = np.uint64(2654435761)
@@ -43,6 +44,50 @@ def _unit_rows(name: str, x) -> np.ndarray:
         raise ValueError(f"{name} holds a non-finite value")
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores=None) -> dict[str, float]:
+    """Recall@1, recall@10 and the mean reciprocal rank of query i's own document i among all n, by cosine of the
+    embeddings (as :func:`recall_at_1` normalises them) or by given ``scores`` (n, n), higher better. A document
+    that ties with the correct one ranks ahead of it, so a constant embedding scores 0 at recall@1 and 1/n as
+    MRR; recall@1 equals :func:`recall_at_1`'s."""
+    if scores is None:
+        queries = _unit_rows("query_embeddings", query_embeddings)
+        documents = _unit_rows("document_embeddings", document_embeddings)
+        if queries.shape != documents.shape:
+            raise ValueError(f"query_embeddings {queries.shape} and document_embeddings {documents.shape} "
+                             "must have the same shape")
+    else:
+        scores = np.asarray(scores, np.float64)
+        if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
+            raise ValueError(f"scores must be a square (n, n) array, got shape {scores.shape}")
+    n = len(scores if scores is not None else queries)
+    if n == 0:
+        raise ValueError("retrieval_metrics needs at least one pair")
+    ranks = np.empty(n, np.int64)
+    for start in range(0, n, _CHUNK):
+        rows = np.arange(start, min(start + _CHUNK, n))
+        block = scores[rows] if scores is not None else queries[rows] @ documents.T
+        correct = block[np.arange(len(rows)), rows][:, None]
+        block[np.arange(len(rows)), rows] = -np.inf
+        ranks[rows] = 1 + np.count_nonzero(block >= correct, axis=1)
+    return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_10": float(np.mean(ranks <= 10)),
+            "mrr": float(np.mean(1.0 / ranks))}
+
+
+def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+    """(n, m) BM25 scores of every query against every document (``bm25s``, its default Lucene variant and
+    English stop words off), the documents the corpus; the lexical baseline beside the bag of bytes."""
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(list(documents), stopwords=None, show_progress=False), show_progress=False)
+    words = bm25s.tokenize(list(queries), stopwords=None, show_progress=False, return_ids=False)
+    scores = np.zeros((len(queries), len(documents)))
+    for row, query in enumerate(words):
+        if query:  # a query of no word (one letter, or punctuation alone) scores 0 everywhere
+            scores[row] = retriever.get_scores(query)
+    return scores
 
 
 def recall_at_1(query_embeddings, document_embeddings) -> float:
@@ -110,3 +155,21 @@ def split_pairs(pairs: Sequence, held_out_fraction: float, seed: int = 0) -> tup
     train = [item for item, h in zip(items, is_held) if not h]
     held_out = [item for item, h in zip(items, is_held) if h]
     return train, held_out
+
+
+def split_by_document(pairs: Sequence, held_out: int, seed: int = 0) -> tuple[list, list]:
+    """(train, held_out): ``held_out`` distinct documents (those first in the Philox order of
+    :func:`split_pairs`'s key over the distinct documents in order of first appearance) each give the held-out
+    set one of their pairs (the first in that order of the pairs), and none of their pairs trains: no held-out
+    query or document is seen in training. Fewer distinct documents hold out all of them."""
+    items = list(pairs)
+    documents = list(dict.fromkeys(item.document for item in items))
+    order = np.argsort(np.random.Philox(key=int(seed) + 2 * 2**64).random_raw(len(documents)), kind="stable")
+    chosen = {documents[i] for i in order[:held_out]}
+    pair_order = np.argsort(np.random.Philox(key=int(seed) + 3 * 2**64).random_raw(len(items)), kind="stable")
+    first: dict = {}
+    for index in pair_order:
+        if items[index].document in chosen:
+            first.setdefault(items[index].document, int(index))
+    train = [item for item in items if item.document not in chosen]
+    return train, [items[index] for index in sorted(first.values())]
