@@ -1,0 +1,157 @@
+"""What uform trains against what a peer trains at the same budget: held-out recall@1 and wall time.
+
+uform runs as its users run it, `python -m uform train` (JOINT, its defaults but the flags below), into a scratch
+run directory; the peer is uform.reference.clip_torch's CLIP-style pair trainer (two towers of the same depth and
+width, SigLIP, AdamW, the same warmup and cosine schedule, bf16 autocast on a GPU), on the same pairs, split, step
+draws and pairs a step, evaluated on the same held-out pairs at the same steps. Rows: bench/RESULTS.md.
+
+    python bench/bench_quality.py --data shapes --steps 1000
+    python bench/bench_quality.py --quick          # a CPU smoke run: blocks of colour, 300 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import uform
+from common import parser, write_results
+from uform.__main__ import load_job, split, step_pairs, train
+from uform.pairs import recall_at_1
+
+
+def uform_run(args) -> dict:
+    """The train program's held-out recall@1 at each evaluation, and its wall time."""
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = Path(scratch) / "run"
+        flags = ["--data", args.data, "--depth", str(args.depth), "--hidden", str(args.hidden),
+                 "--steps", str(args.steps), "--pairs-per-step", str(args.pairs_per_step),
+                 "--eval-every", str(args.eval_every), "--save-every", "0", "--run-dir", str(run_dir)]
+        start = time.perf_counter()
+        train(flags)
+        seconds = time.perf_counter() - start
+        with open(run_dir / "metrics.csv") as file:
+            curve = {int(row["step"]): float(row["held_out_recall_at_1"]) for row in csv.DictReader(file)
+                     if row["held_out_recall_at_1"]}
+    return {"trainer": "uform", "curve": curve, "seconds": seconds}
+
+
+def peer_run(args) -> dict:
+    """The CLIP-style PyTorch peer on the same job, split and step draws."""
+    import torch
+
+    from uform.reference.clip_torch import PairTrainer, TowerShape
+
+    job = load_job(args)
+    training, held_out = split(job, args)
+    query = "text" if job.query_modality == uform.Modality.TEXT else "image"
+    patch = job.image.patch_side if job.image else 8
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    peer = PairTrainer(torch, TowerShape(depth=args.depth, width=args.hidden, max_bytes=128, patch_side=patch,
+                                         max_patches=128), query, steps=args.steps, learning_rate=1e-3,
+                       device=device)
+    curve = {}
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        pairs = step_pairs(training, args.seed, step, args.pairs_per_step)
+        documents = np.asarray([p.document for p in pairs], dtype=object)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            peer.step([p.query for p in pairs], list(documents), same=documents[:, None] == documents[None, :])
+        if step % args.eval_every == 0 or step == args.steps:
+            curve[step] = recall_at_1(peer.encode([p.query for p in held_out], "query"),
+                                      peer.encode([p.document for p in held_out], "document"))
+    return {"trainer": "clip_torch", "curve": curve, "seconds": time.perf_counter() - start}
+
+
+def sentence_transformers_run(args) -> dict:
+    """sentence-transformers from scratch on the same text job: a randomly initialised BertModel of the same depth and
+    width, a BPE tokenizer trained on the training split with ``tokenizers``, mean pooling,
+    MultipleNegativesRankingLoss, AdamW at the same peak, warmup and cosine, bf16 autocast on a GPU."""
+    import torch
+    from sentence_transformers import SentenceTransformer, losses, models
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    from uform.reference.clip_torch import learning_rate
+
+    job = load_job(args)
+    if job.query_modality != uform.Modality.TEXT:
+        raise SystemExit("sentence_transformers: text pairs only")
+    training, held_out = split(job, args)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    start = time.perf_counter()
+    tokenizer = Tokenizer(BPE(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer.train_from_iterator([p.query for p in training] + [p.document for p in training],
+                                  trainers.BpeTrainer(vocab_size=8192, special_tokens=special, show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    torch.manual_seed(args.seed)
+    config = BertConfig(vocab_size=len(fast), hidden_size=args.hidden, num_hidden_layers=args.depth,
+                        num_attention_heads=args.hidden // 64, intermediate_size=4 * args.hidden,
+                        max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    with tempfile.TemporaryDirectory() as scratch:
+        BertModel(config).save_pretrained(scratch)
+        fast.save_pretrained(scratch)
+        transformer = models.Transformer(scratch, max_seq_length=128)
+    model = SentenceTransformer(modules=[transformer, models.Pooling(args.hidden, "mean")], device=device)
+    loss = losses.MultipleNegativesRankingLoss(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    warmup = min(args.steps // 10, 400)
+
+    def features(texts):
+        return {name: value.to(device) if hasattr(value, "to") else value for name, value in model.tokenize(texts).items()}
+
+    curve = {}
+    for step in range(1, args.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
+        pairs = step_pairs(training, args.seed, step, args.pairs_per_step)
+        model.train()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            value = loss([features([p.query for p in pairs]), features([p.document for p in pairs])], None)
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        if step % args.eval_every == 0 or step == args.steps:
+            model.eval()
+            encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
+                                                convert_to_numpy=True, show_progress_bar=False)
+            curve[step] = recall_at_1(encode([p.query for p in held_out]), encode([p.document for p in held_out]))
+    return {"trainer": "sentence_transformers", "curve": curve, "seconds": time.perf_counter() - start}
+
+
+def main():
+    options: argparse.ArgumentParser = parser(__doc__)
+    options.add_argument("--data", choices=("names", "stdlib", "shapes", "sounds"), default="names")
+    options.add_argument("--steps", type=int, default=1000)
+    options.add_argument("--pairs-per-step", type=int, default=128)
+    options.add_argument("--depth", type=int, default=4)
+    options.add_argument("--hidden", type=int, default=256)
+    options.add_argument("--eval-every", type=int, default=250)
+    options.add_argument("--trainers", default="uform,clip_torch",
+                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers (text)")
+    args = options.parse_args()
+    if args.quick:
+        args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
+    args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults
+    runners = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run}
+    rows = []
+    for name in args.trainers.split(","):
+        row = runners[name](args)
+        row.update(data=args.data, steps=args.steps, pairs_per_step=args.pairs_per_step, depth=args.depth,
+                   hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
+        rows.append(row)
+    write_results(args.out, f"quality_{args.data}", rows)
+
+
+if __name__ == "__main__":
+    main()
