@@ -89,9 +89,12 @@ def case_column_sum(device: uform.Device, seed: int, rows: int, columns: int, ro
     x = (rng.standard_normal((rows, columns)) * np.exp(rng.standard_normal((rows, columns)))).astype(np.float32)
     x[::7, 0] = -0.0
     x[:, -1] = -0.0
-    sums = device.empty(columns)
+    sums, squares = device.empty(columns), device.empty(columns)
     K.column_sum(sums, device.put(x), rows, columns, row_length=row_length)
-    return {"column_sum": (sums.numpy(), f64(x).sum(0), rows * 2.0**-24, np.abs(f64(x)).sum(0).max())}
+    K.column_sum(squares, device.put(x), rows, columns, row_length=row_length, squares=True)
+    return {"column_sum": (sums.numpy(), f64(x).sum(0), rows * 2.0**-24, np.abs(f64(x)).sum(0).max()),
+            "column_sum of squares": (squares.numpy(), (f64(x) ** 2).sum(0), rows * 2.0**-23,
+                                      (f64(x) ** 2).sum(0).max())}
 
 
 def case_rmsnorm(device: uform.Device, seed: int, rows: int, width: int):

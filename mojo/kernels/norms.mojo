@@ -237,19 +237,21 @@ def cross_entropy[warp: Bool](r: Int, lane: Int, args: Args):
             dz.unsafe_store(i, g)
 
 
-comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns chunk", "")
+comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns chunk squares", "")
 
 
 def column_partial_sums[w: SIMDLength](task: Int, args: Args):
     """Stage 1, one task per (chunk, column): partial [chunks, C] of x [R, C], each chunk `chunk` rows of x
     (COLUMN_CHUNK, or one packed row's tokens when the stage 2 is the row tree: kernels/tree_sum.mojo).
     An element-wise kernel: tasks [task, task + w), w columns of one chunk as w lanes, each lane its column's
-    canonical sum; w tasks that cross into the next chunk are taken one by one."""
+    canonical sum; w tasks that cross into the next chunk are taken one by one. With `squares`, the sums are of
+    x[r, c]² (each square rounded, then summed in the same order): the gradient's norm for clipping."""
     var partial = args.f32(0)
     var x = args.f32(1)
     var R = args.size(0)
     var C = args.size(1)
     var length = args.size(2)
+    var squares = args.flag(3)
     var chunk = task // C
     var column = task % C
     var begin = chunk * length
@@ -260,13 +262,15 @@ def column_partial_sums[w: SIMDLength](task: Int, args: Args):
             return
 
     comptime if w == 1:
-        def value(i: Int) {imm x, imm begin, imm C, imm column} -> Float32:
-            return x.unsafe_load((begin + i) * C + column)
+        def value(i: Int) {imm x, imm begin, imm C, imm column, imm squares} -> Float32:
+            var v = x.unsafe_load((begin + i) * C + column)
+            return v * v if squares else v
 
         partial.unsafe_store(task, canonical_reduce(value, min(length, R - begin)))
     else:
-        def values(i: Int) {imm x, imm begin, imm C, imm column} -> SIMD[DType.float32, w]:
-            return x.unsafe_load[width=w]((begin + i) * C + column)
+        def values(i: Int) {imm x, imm begin, imm C, imm column, imm squares} -> SIMD[DType.float32, w]:
+            var v = x.unsafe_load[width=w]((begin + i) * C + column)
+            return v * v if squares else v
 
         partial.unsafe_store(task, canonical_reduce_lanes[w](values, min(length, R - begin)))
 
@@ -288,6 +292,7 @@ def column_partial_sums_block[D: Int](block: Int, args: Args):
     var R = args.size(0)
     var C = args.size(1)
     var length = args.size(2)
+    var squares = args.flag(3)
     var column_groups = (C + LANES - 1) // LANES
     var chunk = block // column_groups
     var column = (block - chunk * column_groups) * LANES + Int(thread_idx.x) % LANES
@@ -302,6 +307,8 @@ def column_partial_sums_block[D: Int](block: Int, args: Args):
             var values = SIMD[DType.float32, 8](0)
             comptime for u in range(8):
                 values[u] = rows.unsafe_load((start + LANES * (u // 4) + warp + COLUMN_WARPS * (u % 4)) * C)
+            if squares:
+                values = values * values
             acc += values.slice[4, offset=0]()
             acc += values.slice[4, offset=4]()
             start += 2 * LANES
@@ -309,7 +316,8 @@ def column_partial_sums_block[D: Int](block: Int, args: Args):
             comptime for s in range(4):
                 var row = start + warp + COLUMN_WARPS * s
                 if row < n:
-                    acc[s] += rows.unsafe_load(row * C)
+                    var v = rows.unsafe_load(row * C)
+                    acc[s] += v * v if squares else v
             start += LANES
     var folded = stack_allocation[COLUMN_WARPS * LANES, Float32, address_space=AddressSpace.SHARED]()
     folded.unsafe_store(Int(thread_idx.x), fold_halves(acc))  # v16[w] + v16[w + 8]: v8[w]

@@ -29,10 +29,10 @@ from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, mine_standard_library_pairs, name_pairs, pair_relations,
                          read_pairs, retrieval_metrics, split_by_document, split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                        check_writable, checkpoint_path, device_executor, falls_on, fraction, link_final, newest_checkpoint,
-                        non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                        prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run,
-                        stopped_early)
+                        check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
+                        newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
+                        positive_int, prepare_run_dir, prune_checkpoints, run_command, save_when_due, saved_once,
+                        stopped_early, write_config)
 
 TRAIN_DESCRIPTION = """\
 Train a small encoder on (query, document) pairs and measure held-out retrieval.
@@ -191,6 +191,14 @@ def objective(args, job: Job) -> uform.Objective:
     return uform.Objective.JOINT if job.query_modality == uform.Modality.TEXT else uform.Objective.CONTRASTIVE
 
 
+def gradient_clip_norm(args, job: Job) -> float:
+    """--gradient-clip-norm, or what trains the job best: 1 for media queries (on the H200, --data shapes 0.55 ->
+    0.65 at step 1000, sounds 0.59 -> 0.67), none for text (the CPU names demo: 0.334 unclipped, 0.312 at 1)."""
+    if args.gradient_clip_norm is not None:
+        return args.gradient_clip_norm
+    return 0.0 if job.query_modality == uform.Modality.TEXT else 1.0
+
+
 def train_parser() -> Parser:
     parser = Parser(prog="python -m uform train", description=TRAIN_DESCRIPTION)
     data = parser.add_argument_group("data")
@@ -217,6 +225,9 @@ def train_parser() -> Parser:
                             "hidden (default: joint for text queries, contrastive for images and sounds)")
     model.add_argument("--mask-ratio", type=fraction, default=MEDIA_MASK_RATIO, metavar="R",
                        help="the fraction of an image's patches or a recording's frames a joint step hides")
+    model.add_argument("--gradient-clip-norm", type=non_negative_float, metavar="NORM",
+                       help="scale a gradient whose global L2 norm passes NORM down to it, 0 clips nothing (default: "
+                            "1 for images and sounds, 0 for text)")
     model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
     model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
     model.add_argument("--numerics", choices=("identical", "fast"), default="identical",
@@ -248,7 +259,8 @@ def train(argv: list[str]) -> int:
             masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio),
             contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
                                           max_edges_per_device=items * items),
-            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate), seed=args.seed,
+            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate,
+                                    gradient_clip_norm=gradient_clip_norm(args, job)), seed=args.seed,
             numerics=args.numerics)
     except uform.UFormError as error:
         raise UsageError(error.message) from None

@@ -526,10 +526,11 @@ def column_sum_workspace(device, rows: int, columns: int, row_length: int = 0) -
 
 
 def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: bool = False,
-               partial: Buffer | None = None, row_length: int = 0) -> None:
+               partial: Buffer | None = None, row_length: int = 0, squares: bool = False) -> None:
     """out[c] (+)= Σ_r x[r, c], in two fixed stages: sums of COLUMN_CHUNK rows added in the canonical order, or,
     with row_length, sums of each packed row's row_length tokens combined by the row tree (``tree_sum``).
-    partial: a reusable workspace (``column_sum_workspace``)."""
+    partial: a reusable workspace (``column_sum_workspace``). squares: Σ_r x[r, c]² instead, each square rounded
+    to float32 and summed in the same order."""
     _expect(x, "x", rows * columns)
     _expect(out, "out", columns)
     chunk = row_length or COLUMN_CHUNK
@@ -537,7 +538,8 @@ def column_sum(out: Buffer, x: Buffer, rows: int, columns: int, *, accumulate: b
     if partial is None:
         partial = column_sum_workspace(out.device, rows, columns, row_length)
     _expect(partial, "partial", chunks * columns)
-    _launch("column_partial_sums", chunks * columns, partial=partial, x=x, rows=rows, columns=columns, chunk=chunk)
+    _launch("column_partial_sums", chunks * columns, partial=partial, x=x, rows=rows, columns=columns, chunk=chunk,
+            squares=squares)
     if row_length:
         tree_sum(out, partial, chunks, accumulate=accumulate)
     else:

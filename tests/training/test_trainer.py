@@ -282,3 +282,44 @@ def test_deferred_steps_that_fail_before_their_batch_leave_nothing_queued(monkey
     assert [handle.wait(60) for handle in handles] == [True, True]
     assert all(handle.exception().code == uform.ErrorCode.DEVICE_LOST for handle in handles)
     assert not trainer._preparations and trainer._in_flight == 0
+
+
+def test_gradient_clipping_scales_the_update_as_clip_grad_norm_does():
+    """Schedule(gradient_clip_norm=c): the first update is AdamW's on the gradient scaled by c / (‖g‖ + 1e-6), as
+    torch.nn.utils.clip_grad_norm_ scales it, from the same gradient (float64 reference)."""
+    torch = pytest.importorskip("torch")
+    from uform.training.encoder import ADAMW
+    from uform.training.schedule import learning_rate
+
+    probe = tiny()
+    _, gradient, _, _ = engine_and_reference(probe, PAIRS)
+    norm = np.linalg.norm(gradient.astype(np.float64))
+    clip = 1e-3 * norm  # entries near AdamW's epsilon, so the clipped update differs from the plain one
+    schedule = uform.Schedule(steps=100, learning_rate=2e-3, gradient_clip_norm=clip)
+    trainer = uform.Trainer.init_vram(uform.Executor.for_ram(), depth=1, hidden=128, objective=uform.Objective.JOINT,
+                                      batch=probe.run.batch, schedule=schedule, seed=3)
+    before = trainer.model.parameters.numpy().astype(np.float64)
+    trainer.step([uform.Modality.TEXT] * len(TEXTS), TEXTS, relations=PAIRS)
+    after = trainer.model.parameters.numpy().astype(np.float64)
+
+    clipped = torch.tensor(gradient.astype(np.float64))
+    parameter = torch.nn.Parameter(torch.zeros_like(clipped))
+    parameter.grad = clipped
+    assert torch.nn.utils.clip_grad_norm_([parameter], clip).item() == pytest.approx(norm, rel=1e-6)
+    g = parameter.grad.numpy()
+    decay = np.zeros_like(before)
+    for entry in trainer.model.registry:
+        decay[entry["offset"]:entry["offset"] + entry["size"]] = ADAMW.weight_decay * ADAMW.decays(entry["name"])
+    lr = learning_rate(trainer.run.schedule, 1)
+    expected = before * (1 - lr * decay) - lr * g / (np.abs(g) + ADAMW.eps)  # step 1: m̂ = g, v̂ = g²
+    np.testing.assert_allclose(after, expected, rtol=2e-7, atol=5e-9)  # float32 parameters, float64 reference
+    plain = before * (1 - lr * decay) - lr * gradient / (np.abs(gradient) + ADAMW.eps)
+    assert np.abs(plain - expected).max() > 100 * np.abs(after - expected).max()
+
+
+def test_a_negative_clip_norm_is_refused():
+    with pytest.raises(uform.UFormError, match="schedule.gradient_clip_norm"):
+        tiny(steps=10).__class__.init_vram(uform.Executor.for_ram(), depth=1, hidden=128,
+                                           batch=uform.BatchShape(max_rows_per_device=1, max_segments_per_device=1,
+                                                                  max_columns_per_row=8),
+                                           schedule=uform.Schedule(steps=10, gradient_clip_norm=-1.0))

@@ -35,7 +35,7 @@ Defaults:
   every binding uses is ``weight`` (``choices: { weight: 1 }`` in the JavaScript
   seed), so that is the one field here. Zero trains no choices; it does not derive.
 - ``Schedule``: peak 5e-4, floor 1e-5, warmup ``min(steps // 10, 400)``; ``steps``
-  never derives and zero is refused.
+  never derives and zero is refused; ``gradient_clip_norm`` zero clips nothing.
 
 :func:`validate_run` checks a whole run before anything is built and answers a
 :class:`DerivedRun` holding every config derived. It checks every config, whether
@@ -325,7 +325,8 @@ class Choices:
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """The learning-rate schedule: a linear warmup to the peak, then a cosine decay to the floor."""
+    """The learning-rate schedule: a linear warmup to the peak, then a cosine decay to the floor; and the update's
+    gradient clipping."""
 
     learning_rate: float = 0.0
     """The peak learning rate; zero derives 5e-4."""
@@ -335,6 +336,10 @@ class Schedule:
     """Steps from zero to the peak; zero derives a tenth of ``steps``, at most 400."""
     steps: int = 0
     """Steps the run takes across resumes, which the cosine spans; zero is refused."""
+    gradient_clip_norm: float = 0.0
+    """The largest global L2 norm of the gradient an update applies: a larger one is scaled by
+    ``gradient_clip_norm / (norm + 1e-6)`` first, as PyTorch's ``clip_grad_norm_`` and OpenCLIP's
+    ``--grad-clip-norm`` do. Zero clips nothing (it does not derive). Not one of the seeds' fields."""
 
     def derived(self) -> Schedule:
         return _derive(self, {"learning_rate": 5e-4, "min_learning_rate": 1e-5,
@@ -448,6 +453,8 @@ def _check_schedule(schedule: Schedule) -> None:
              f"(a zero derives 1e-5)")
     _require(schedule.warmup_steps <= schedule.steps, "schedule.warmup_steps",
              f"{schedule.warmup_steps} exceeds steps {schedule.steps}")
+    _require(schedule.gradient_clip_norm >= 0.0, "schedule.gradient_clip_norm",
+             f"must be 0 (no clipping) or positive, got {schedule.gradient_clip_norm}")
 
 
 def _as_config(config_type: type, name: str, value):

@@ -370,7 +370,12 @@ class Trainer:
             if problem is not None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")
             rate = learning_rate(run.schedule, step)
+            clip = run.schedule.gradient_clip_norm
+            factor = clip / (self._model.gradient_norm() + 1e-6) if clip > 0 else 1.0
             with applied_whole():
+                if factor < 1.0:  # every replica holds the world's gradient: each scales it alike
+                    for replica in self._replicas:
+                        replica.scale_gradient(factor)
                 for replica in self._replicas:
                     replica.adamw(step=step, lr=rate)
                 self._step = step
