@@ -276,3 +276,14 @@ def test_train_job_on_names_beats_bag_of_bytes_and_bm25(tmp_path, capsys):
     assert float(last["held_out_recall_at_1"]) > max(float(found[1]), float(found[2])) + 0.03
     assert float(last["held_out_mrr"]) >= float(last["held_out_recall_at_1"])
     assert float(last["held_out_recall_at_10"]) >= float(last["held_out_recall_at_1"])
+
+
+def test_train_job_on_digits_reports_the_pixel_baseline(tmp_path, capsys):
+    """Handwritten digits as zero-shot classification: ten captions, the held-out images ranked among them."""
+    pytest.importorskip("sklearn")
+    status, out, err = command(uform_main, [
+        "train", "--data", "digits", "--examples", "300", "--steps", "3", "--pairs-per-step", "16", "--held-out", "60",
+        "--depth", "1", "--device", "cpu", "--run-dir", str(tmp_path / "run")], capsys)
+    assert status == 0 and "240 training pairs, 60 held out" in err
+    found = re.search(r"chance 0\.100 · pixel logistic regression ([0-9.]+)", out)
+    assert found and float(found[1]) > 0.6

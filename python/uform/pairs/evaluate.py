@@ -46,30 +46,34 @@ def _unit_rows(name: str, x) -> np.ndarray:
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
 
-def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores=None) -> dict[str, float]:
-    """Recall@1, recall@10 and the mean reciprocal rank of query i's own document i among all n, by cosine of the
-    embeddings (as :func:`recall_at_1` normalises them) or by given ``scores`` (n, n), higher better. A document
+def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores=None, truth=None) -> dict[str, float]:
+    """Recall@1, recall@10 and the mean reciprocal rank of each query's own document among all of them, by cosine
+    of the embeddings (as :func:`recall_at_1` normalises them) or by given ``scores`` (queries, documents), higher
+    better. ``truth[i]``: the index of query i's document (default: i, as many queries as documents). A document
     that ties with the correct one ranks ahead of it, so a constant embedding scores 0 at recall@1 and 1/n as
-    MRR; recall@1 equals :func:`recall_at_1`'s."""
+    MRR; with the default truth recall@1 equals :func:`recall_at_1`'s."""
     if scores is None:
         queries = _unit_rows("query_embeddings", query_embeddings)
         documents = _unit_rows("document_embeddings", document_embeddings)
-        if queries.shape != documents.shape:
+        if queries.shape[1] != documents.shape[1]:
             raise ValueError(f"query_embeddings {queries.shape} and document_embeddings {documents.shape} "
-                             "must have the same shape")
+                             "must have the same width")
+        shape = (len(queries), len(documents))
     else:
         scores = np.asarray(scores, np.float64)
-        if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
-            raise ValueError(f"scores must be a square (n, n) array, got shape {scores.shape}")
-    n = len(scores if scores is not None else queries)
-    if n == 0:
-        raise ValueError("retrieval_metrics needs at least one pair")
-    ranks = np.empty(n, np.int64)
-    for start in range(0, n, _CHUNK):
-        rows = np.arange(start, min(start + _CHUNK, n))
-        block = scores[rows] if scores is not None else queries[rows] @ documents.T
-        correct = block[np.arange(len(rows)), rows][:, None]
-        block[np.arange(len(rows)), rows] = -np.inf
+        if scores.ndim != 2:
+            raise ValueError(f"scores must be a (queries, documents) array, got shape {scores.shape}")
+        shape = scores.shape
+    truth = np.arange(shape[0]) if truth is None else np.asarray(truth, np.int64)
+    if shape[0] == 0 or truth.shape != (shape[0],) or truth.min() < 0 or truth.max() >= shape[1]:
+        raise ValueError(f"retrieval_metrics needs at least one query and a document index per query in "
+                         f"[0, {shape[1]}), got {shape[0]} queries and truth of shape {truth.shape}")
+    ranks = np.empty(shape[0], np.int64)
+    for start in range(0, shape[0], _CHUNK):
+        rows = np.arange(start, min(start + _CHUNK, shape[0]))
+        block = scores[rows].copy() if scores is not None else queries[rows] @ documents.T
+        correct = block[np.arange(len(rows)), truth[rows]][:, None]
+        block[np.arange(len(rows)), truth[rows]] = -np.inf
         ranks[rows] = 1 + np.count_nonzero(block >= correct, axis=1)
     return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_10": float(np.mean(ranks <= 10)),
             "mrr": float(np.mean(1.0 / ranks))}
