@@ -1,12 +1,13 @@
 """What uform trains against what a peer trains at the same budget: held-out recall@1 and wall time.
 
-uform runs as its users run it, `python -m uform train` (JOINT, its defaults but the flags below), into a scratch
-run directory; the peer is uform.reference.clip_torch's CLIP-style pair trainer (two towers of the same depth and
-width, SigLIP, AdamW, the same warmup and cosine schedule, bf16 autocast on a GPU), on the same pairs, split, step
+uform runs as its users run it, `python -m uform train` (its defaults but the flags below: JOINT for text, CONTRASTIVE
+clipped at norm 1 for images), into a scratch run directory; the peers are uform.reference.clip_torch's CLIP-style
+pair trainer (two towers of the same depth and width, SigLIP, AdamW, the same warmup and cosine schedule, bf16
+autocast on a GPU; text and images) and sentence-transformers from scratch (text), on the same pairs, split, step
 draws and pairs a step, evaluated on the same held-out pairs at the same steps. Rows: bench/RESULTS.md.
 
     python bench/bench_quality.py --data shapes --steps 1000
-    python bench/bench_quality.py --quick          # a CPU smoke run: blocks of colour, 300 steps
+    python bench/bench_quality.py --quick          # a CPU smoke run: names, 200 steps of 32 pairs, depth 2
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ import numpy as np
 
 import uform
 from common import parser, write_results
-from uform.__main__ import load_job, split, step_pairs, train
-from uform.pairs import recall_at_1
+from uform.__main__ import held_out_documents, load_job, split, step_pairs, train
+from uform.pairs import retrieval_metrics
+
+
+def held_out_recall(encode_queries, encode_documents, held_out: list) -> float:
+    """Recall@1 of the held-out queries among the distinct held-out documents, as the train program scores it."""
+    documents, truth = held_out_documents(held_out)
+    return retrieval_metrics(encode_queries([p.query for p in held_out]), encode_documents(documents),
+                             truth=truth)["recall_at_1"]
 
 
 def uform_run(args) -> dict:
@@ -48,6 +56,8 @@ def peer_run(args) -> dict:
     from uform.reference.clip_torch import PairTrainer, TowerShape
 
     job = load_job(args)
+    if job.query_modality not in (uform.Modality.TEXT, uform.Modality.IMAGE):
+        raise SystemExit("clip_torch: text or image queries only")
     training, held_out = split(job, args)
     query = "text" if job.query_modality == uform.Modality.TEXT else "image"
     patch = job.image.patch_side if job.image else 8
@@ -63,8 +73,8 @@ def peer_run(args) -> dict:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             peer.step([p.query for p in pairs], list(documents), same=documents[:, None] == documents[None, :])
         if step % args.eval_every == 0 or step == args.steps:
-            curve[step] = recall_at_1(peer.encode([p.query for p in held_out], "query"),
-                                      peer.encode([p.document for p in held_out], "document"))
+            curve[step] = held_out_recall(lambda items: peer.encode(items, "query"),
+                                          lambda items: peer.encode(items, "document"), held_out)
     return {"trainer": "clip_torch", "curve": curve, "seconds": time.perf_counter() - start}
 
 
@@ -125,13 +135,13 @@ def sentence_transformers_run(args) -> dict:
             model.eval()
             encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
                                                 convert_to_numpy=True, show_progress_bar=False)
-            curve[step] = recall_at_1(encode([p.query for p in held_out]), encode([p.document for p in held_out]))
+            curve[step] = held_out_recall(encode, encode, held_out)
     return {"trainer": "sentence_transformers", "curve": curve, "seconds": time.perf_counter() - start}
 
 
 def main():
     options: argparse.ArgumentParser = parser(__doc__)
-    options.add_argument("--data", choices=("names", "stdlib", "shapes", "sounds"), default="names")
+    options.add_argument("--data", choices=("names", "stdlib", "digits", "shapes", "sounds"), default="names")
     options.add_argument("--steps", type=int, default=1000)
     options.add_argument("--pairs-per-step", type=int, default=128)
     options.add_argument("--depth", type=int, default=4)
@@ -140,6 +150,8 @@ def main():
     options.add_argument("--trainers", default="uform,clip_torch",
                          help="which to run, comma-separated: uform, clip_torch, sentence_transformers (text)")
     args = options.parse_args()
+    if args.eval_every < 1:
+        raise SystemExit("--eval-every: must be positive")
     if args.quick:
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
     args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults

@@ -147,9 +147,11 @@ def split(job: Job, args) -> tuple[list, list]:
     """(training, held out) pairs: --held-out of them, at most half, kept out; refuses a split that leaves
     fewer training pairs than a step draws."""
     count = len(job.pairs)
-    held = min(args.held_out, count // 2)
+    units = len({p.document for p in job.pairs}) if job.split_by_document else count
+    held = min(args.held_out, units // 2)
     if held < args.held_out:
-        print(f"--held-out {args.held_out}: holding out {held}, half of the {count} pairs", file=sys.stderr)
+        what = "distinct documents" if job.split_by_document else "pairs"
+        print(f"--held-out {args.held_out}: holding out {held}, half of the {units} {what}", file=sys.stderr)
     training, held_out = (split_by_document(job.pairs, held, seed=args.seed) if job.split_by_document
                           else split_pairs(job.pairs, held / count, seed=args.seed))
     if len(training) < args.pairs_per_step:
@@ -209,12 +211,12 @@ def baseline(job: Job, training: list, held_out: list) -> tuple[tuple[str, float
     return (f"{best} baseline", found[best]), " · ".join(f"{name} {value:.3f}" for name, value in found.items())
 
 
-def objective(args, job: Job) -> uform.Objective:
-    """--objective, or the one that trains the job best: JOINT for text queries, CONTRASTIVE for media ones
+def objective(args, job: Job) -> str:
+    """--objective, or the one that trains the job best: joint for text queries, contrastive for media ones
     (docs/encoder.md, "What the image tower needs": JOINT's masked captions and patches cost image→text recall)."""
     if args.objective is not None:
-        return uform.Objective[args.objective.upper()]
-    return uform.Objective.JOINT if job.query_modality == uform.Modality.TEXT else uform.Objective.CONTRASTIVE
+        return args.objective
+    return "joint" if job.query_modality == uform.Modality.TEXT else "contrastive"
 
 
 def gradient_clip_norm(args, job: Job) -> float:
@@ -270,6 +272,8 @@ def train(argv: list[str]) -> int:
     if args.pairs is not None:
         args.pairs = args.pairs.resolve()  # the config names it wherever the run resumes from
     job = load_job(args)
+    # resolved, so that config.toml holds what the run trains with and a resume reads it back
+    args.objective, args.gradient_clip_norm = objective(args, job), gradient_clip_norm(args, job)
     training, held_out = split(job, args)
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
     executor = device_executor(args)
@@ -279,14 +283,15 @@ def train(argv: list[str]) -> int:
     try:
         trainer = uform.Trainer.init_vram(
             executor, resume=resume_from, depth=args.depth, hidden=args.hidden,
-            objective=objective(args, job),
+            objective=uform.Objective[args.objective.upper()],
             batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
                                    max_columns_per_row=columns, image=job.image, audio=job.audio),
-            masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio),
+            masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio)
+            if job.query_modality != uform.Modality.TEXT else None,
             contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
                                           max_edges_per_device=items * items),
             schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate,
-                                    gradient_clip_norm=gradient_clip_norm(args, job)), seed=args.seed,
+                                    gradient_clip_norm=args.gradient_clip_norm), seed=args.seed,
             numerics=args.numerics)
     except uform.UFormError as error:
         raise UsageError(error.message) from None

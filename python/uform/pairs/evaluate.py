@@ -165,7 +165,8 @@ def split_by_document(pairs: Sequence, held_out: int, seed: int = 0) -> tuple[li
     """(train, held_out): ``held_out`` distinct documents (those first in the Philox order of
     :func:`split_pairs`'s key over the distinct documents in order of first appearance) each give the held-out
     set one of their pairs (the first in that order of the pairs), and none of their pairs trains: no held-out
-    query or document is seen in training. Fewer distinct documents hold out all of them."""
+    document is seen in training (a query string another document shares can be). Fewer distinct documents
+    hold out all of them."""
     items = list(pairs)
     documents = list(dict.fromkeys(item.document for item in items))
     order = np.argsort(np.random.Philox(key=int(seed) + 2 * 2**64).random_raw(len(documents)), kind="stable")

@@ -49,7 +49,8 @@ def position_features(positions: np.ndarray, axes: tuple[int, ...]) -> np.ndarra
     """``(tokens, 2·POSITION_FREQUENCIES·len(axes))`` float32: for each of the ``axes`` of the ``(tokens, 3)``
     rotary positions (0 time, 1 row, 2 column) and each k < POSITION_FREQUENCIES, ``sin(p·ω_k)`` then
     ``cos(p·ω_k)`` with ``ω_k = π / 2^(k+1)``, computed in float64 (the angle reduced to one period first,
-    where it is exact) and rounded to float32."""
+    where it is exact) and rounded to float32. Positions 512 apart get the same features (rotary positions still
+    tell them apart)."""
     periods = 2.0 ** (np.arange(POSITION_FREQUENCIES) + 2)
     p = positions[:, list(axes)].astype(np.float64)[:, :, None]
     angles = 2 * np.pi * (np.mod(p, periods) / periods)
