@@ -4,7 +4,8 @@ uform runs as its users run it, `python -m uform train` (its defaults but the fl
 clipped at norm 1 for images), into a scratch run directory; the peers are uform.reference.clip_torch's CLIP-style
 pair trainer (two towers of the same depth and width, SigLIP, AdamW, the same warmup and cosine schedule, bf16
 autocast on a GPU; text and images) and sentence-transformers from scratch (text), on the same pairs, split, step
-draws and pairs a step, evaluated on the same held-out pairs at the same steps. Rows: bench/RESULTS.md.
+draws and pairs a step, evaluated on the same held-out pairs at the same steps, and OpenCLIP (images). Rows:
+bench/RESULTS.md.
 
     python bench/bench_quality.py --data shapes --steps 1000
     python bench/bench_quality.py --quick          # a CPU smoke run: names, 200 steps of 32 pairs, depth 2
@@ -139,6 +140,79 @@ def sentence_transformers_run(args) -> dict:
     return {"trainer": "sentence_transformers", "curve": curve, "seconds": time.perf_counter() - start}
 
 
+def open_clip_run(args) -> dict:
+    """OpenCLIP on the same image job: ``open_clip.CLIP`` with a custom ViT (patches of the job's side, the same
+    depth and width, heads of 64) and text tower of the same size (its BPE tokenizer, 32 positions), embed width
+    the tower's, its SigLipLoss from log 10 and −10, AdamW at the same peak, warmup and cosine, bf16 autocast on a
+    GPU; images normalised with OpenCLIP's mean and std, as its transforms do."""
+    import io as bytes_io
+
+    import open_clip
+    import torch
+    from open_clip.loss import SigLipLoss
+    from open_clip.model import CLIPTextCfg, CLIPVisionCfg
+    from PIL import Image
+
+    from uform.reference.clip_torch import learning_rate
+
+    job = load_job(args)
+    if job.query_modality != uform.Modality.IMAGE:
+        raise SystemExit("open_clip: image queries only")
+    training, held_out = split(job, args)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    side = Image.open(bytes_io.BytesIO(training[0].query)).size[0]
+    torch.manual_seed(args.seed)
+    model = open_clip.CLIP(
+        embed_dim=args.hidden,
+        vision_cfg=CLIPVisionCfg(layers=args.depth, width=args.hidden, head_width=64, patch_size=job.image.patch_side,
+                                 image_size=side),
+        text_cfg=CLIPTextCfg(context_length=32, vocab_size=49408, width=args.hidden, heads=args.hidden // 64,
+                             layers=args.depth),
+        init_logit_scale=float(np.log(10.0)), init_logit_bias=-10.0).to(device)
+    mean = torch.tensor(open_clip.OPENAI_DATASET_MEAN, device=device)[:, None, None]
+    std = torch.tensor(open_clip.OPENAI_DATASET_STD, device=device)[:, None, None]
+
+    def images(items):
+        pixels = np.stack([np.asarray(Image.open(bytes_io.BytesIO(item)).convert("RGB")) for item in items])
+        return (torch.as_tensor(pixels, device=device).permute(0, 3, 1, 2).float() / 255 - mean) / std
+
+    def texts(items):
+        return open_clip.tokenize(list(items), context_length=32).to(device)
+
+    loss = SigLipLoss()
+    decayed = [p for p in model.parameters() if p.dim() >= 2]
+    kept = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01}, {"params": kept, "weight_decay": 0.0}],
+                                  lr=1e-3)
+    warmup = min(args.steps // 10, 400)
+    curve = {}
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
+        pairs = step_pairs(training, args.seed, step, args.pairs_per_step)
+        model.train()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            image_features, text_features, scale, bias = model(images([p.query for p in pairs]),
+                                                               texts([p.document for p in pairs]))
+            value = loss(image_features, text_features, scale, bias)
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        if step % args.eval_every == 0 or step == args.steps:
+            model.eval()
+
+            def encode(items, tower):
+                with torch.no_grad():
+                    rows = [tower(items[i:i + 256]) for i in range(0, len(items), 256)]
+                return torch.nn.functional.normalize(torch.cat(rows).float(), dim=1).cpu().numpy()
+
+            curve[step] = held_out_recall(lambda items: encode(items, lambda part: model.encode_image(images(part))),
+                                          lambda items: encode(items, lambda part: model.encode_text(texts(part))),
+                                          held_out)
+    return {"trainer": "open_clip", "curve": curve, "seconds": time.perf_counter() - start}
+
+
 def main():
     options: argparse.ArgumentParser = parser(__doc__)
     options.add_argument("--data", choices=("names", "stdlib", "digits", "shapes", "sounds"), default="names")
@@ -148,14 +222,16 @@ def main():
     options.add_argument("--hidden", type=int, default=256)
     options.add_argument("--eval-every", type=int, default=250)
     options.add_argument("--trainers", default="uform,clip_torch",
-                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers (text)")
+                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers (text), "
+                              "open_clip (images)")
     args = options.parse_args()
     if args.eval_every < 1:
         raise SystemExit("--eval-every: must be positive")
     if args.quick:
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
     args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults
-    runners = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run}
+    runners = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
+               "open_clip": open_clip_run}
     rows = []
     for name in args.trainers.split(","):
         row = runners[name](args)
