@@ -287,3 +287,12 @@ def test_train_job_on_digits_reports_the_pixel_baseline(tmp_path, capsys):
     assert status == 0 and "240 training pairs, 60 held out" in err
     found = re.search(r"chance 0\.100 · pixel logistic regression ([0-9.]+)", out)
     assert found and float(found[1]) > 0.6
+
+
+def test_train_job_on_spoken_words_without_espeak_is_one_line(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    status, _, err = command(uform_main, ["train", "--data", "spoken", "--run-dir", str(tmp_path / "run")], capsys)
+    assert status == 2 and "--data spoken: the spoken data set needs the espeak-ng program" in err
+    assert err.count("\n") == 1

@@ -44,7 +44,8 @@ docstring-summary → signature pairs from the standard library's sources; digit
 scikit-learn's handwritten digits as images captioned "a handwritten seven" (zero-shot
 classification: ten captions; the reference a logistic regression on the pixels); shapes renders captioned
 shapes (a PNG image → its caption); sounds synthesises captioned sounds (a WAV recording → its
-caption). A pairs file is JSONL, one {"query": ..., "document": ..., "weight"?:
+caption); spoken has espeak-ng, where it is installed, say the numbers zero to ninety-nine in seven
+voices (the held-out recordings are an unheard voice's). A pairs file is JSONL, one {"query": ..., "document": ..., "weight"?:
 ..., "group"?: ...} per line. Each step draws --pairs-per-step pairs (a pure function of the seed
 and the step), attracts each query to its document (every other pair repels) and masks bytes,
 patches or frames for the masked objective. Held-out recall@1 of the uncorrupted embeddings is
@@ -88,6 +89,9 @@ class Job:
     """Hold out whole documents (every pair of each), not pairs: a document may have many pairs."""
     pixel_baseline: object = None
     """For images with a supervised reference: (training, held-out pairs) → its held-out accuracy."""
+    apart: list[bool] | None = None
+    """Per pair, whether it is kept apart from training: the held-out pairs are drawn from those (an unheard
+    voice's recordings); None: the split draws from every pair."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,17 @@ def load_job(args) -> Job:
                    pixel_baseline=lambda training, held: pixel_baseline(
                        digit_pixels([p.query for p in training]), [p.document for p in training],
                        digit_pixels([p.query for p in held]), [p.document for p in held]))
+    if args.data == "spoken":
+        from uform.media.spoken import HELD_OUT_VOICE, spoken_pairs
+
+        try:
+            recordings = spoken_pairs()
+        except uform.UFormError as error:
+            raise UsageError(f"--data spoken: {error.message}") from None
+        recordings = recordings[:args.examples] if args.examples else recordings
+        return Job(media_pairs((r.audio, r.caption) for r in recordings), uform.Modality.AUDIO,
+                   audio=uform.AudioShape(chunk_samples=SOUND_CHUNK, sample_rate=SOUND_RATE),
+                   apart=[r.voice == HELD_OUT_VOICE for r in recordings])
     if args.data == "shapes":
         from uform.media.shapes import all_scenes, shape_pairs
 
@@ -147,13 +162,18 @@ def split(job: Job, args) -> tuple[list, list]:
     """(training, held out) pairs: --held-out of them, at most half, kept out; refuses a split that leaves
     fewer training pairs than a step draws."""
     count = len(job.pairs)
-    units = len({p.document for p in job.pairs}) if job.split_by_document else count
-    held = min(args.held_out, units // 2)
+    if job.apart is not None:  # the held-out pairs come from those kept apart, none of which trains
+        apart = [p for p, kept in zip(job.pairs, job.apart) if kept]
+        held = min(args.held_out, len(apart))
+        training = [p for p, kept in zip(job.pairs, job.apart) if not kept]
+        held_out = split_pairs(apart, held / len(apart), seed=args.seed)[1] if apart else []
+    else:
+        units = len({p.document for p in job.pairs}) if job.split_by_document else count
+        held = min(args.held_out, units // 2)
+        training, held_out = (split_by_document(job.pairs, held, seed=args.seed) if job.split_by_document
+                              else split_pairs(job.pairs, held / count, seed=args.seed))
     if held < args.held_out:
-        what = "distinct documents" if job.split_by_document else "pairs"
-        print(f"--held-out {args.held_out}: holding out {held}, half of the {units} {what}", file=sys.stderr)
-    training, held_out = (split_by_document(job.pairs, held, seed=args.seed) if job.split_by_document
-                          else split_pairs(job.pairs, held / count, seed=args.seed))
+        print(f"--held-out {args.held_out}: holding out {held}", file=sys.stderr)
     if len(training) < args.pairs_per_step:
         raise UsageError(f"--pairs-per-step: a step draws {args.pairs_per_step} distinct pairs but only "
                          f"{len(training)} of the {count} are left for training ({len(held_out)} held out); pass "
@@ -232,9 +252,9 @@ def train_parser() -> Parser:
     data = parser.add_argument_group("data")
     data.add_argument("--pairs", type=Path, metavar="JSONL",
                       help="a JSONL pairs file (default: the pairs --data names)")
-    data.add_argument("--data", choices=("names", "stdlib", "digits", "shapes", "sounds"), default="names",
+    data.add_argument("--data", choices=("names", "stdlib", "digits", "shapes", "sounds", "spoken"), default="names",
                       help="built-in pairs: names across languages and scripts, text from the standard library, "
-                           "handwritten digits, image or audio captions")
+                           "handwritten digits, image or audio captions, spoken number words")
     data.add_argument("--examples", type=non_negative_int, default=0, metavar="N",
                       help="use the first N pairs of the built-in data (0: all of them)")
     data.add_argument("--held-out", type=non_negative_int, default=500, metavar="N",
