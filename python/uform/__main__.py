@@ -164,16 +164,17 @@ def split(job: Job, args) -> tuple[list, list]:
     count = len(job.pairs)
     if job.apart is not None:  # the held-out pairs come from those kept apart, none of which trains
         apart = [p for p, kept in zip(job.pairs, job.apart) if kept]
-        held = min(args.held_out, len(apart))
+        held, limit = min(args.held_out, len(apart)), f"all {len(apart)} pairs kept apart from training"
         training = [p for p, kept in zip(job.pairs, job.apart) if not kept]
         held_out = split_pairs(apart, held / len(apart), seed=args.seed)[1] if apart else []
     else:
         units = len({p.document for p in job.pairs}) if job.split_by_document else count
         held = min(args.held_out, units // 2)
+        limit = f"half of the {units} {'distinct documents' if job.split_by_document else 'pairs'}"
         training, held_out = (split_by_document(job.pairs, held, seed=args.seed) if job.split_by_document
                               else split_pairs(job.pairs, held / count, seed=args.seed))
     if held < args.held_out:
-        print(f"--held-out {args.held_out}: holding out {held}", file=sys.stderr)
+        print(f"--held-out {args.held_out}: holding out {held}, {limit}", file=sys.stderr)
     if len(training) < args.pairs_per_step:
         raise UsageError(f"--pairs-per-step: a step draws {args.pairs_per_step} distinct pairs but only "
                          f"{len(training)} of the {count} are left for training ({len(held_out)} held out); pass "
