@@ -34,6 +34,25 @@ def held_out_recall(encode_queries, encode_documents, held_out: list) -> float:
                              truth=truth)["recall_at_1"]
 
 
+def peer_steps(args, training: list, optimizer):
+    """Each step's number and pairs, the optimizer's rate set first to the train program's schedule (peak 1e-3,
+    warmup min(steps/10, 400), cosine)."""
+    from uform.reference.clip_torch import learning_rate
+
+    warmup = min(args.steps // 10, 400)
+    for step in range(1, args.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
+        yield step, step_pairs(training, args.seed, step, args.pairs_per_step)
+
+
+def descend(optimizer, loss) -> None:
+    """One optimizer step down `loss`."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 def uform_run(args) -> dict:
     """The train program's held-out recall@1 at each evaluation, and its wall time."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -89,8 +108,6 @@ def sentence_transformers_run(args) -> dict:
     from tokenizers.models import BPE
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-    from uform.reference.clip_torch import learning_rate
-
     job = load_job(args)
     if job.query_modality != uform.Modality.TEXT:
         raise SystemExit("sentence_transformers: text pairs only")
@@ -116,22 +133,17 @@ def sentence_transformers_run(args) -> dict:
     model = SentenceTransformer(modules=[transformer, models.Pooling(args.hidden, "mean")], device=device)
     loss = losses.MultipleNegativesRankingLoss(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    warmup = min(args.steps // 10, 400)
 
     def features(texts):
-        return {name: value.to(device) if hasattr(value, "to") else value for name, value in model.tokenize(texts).items()}
+        return {name: value.to(device) if hasattr(value, "to") else value
+                for name, value in model.tokenize(texts).items()}
 
     curve = {}
-    for step in range(1, args.steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
-        pairs = step_pairs(training, args.seed, step, args.pairs_per_step)
+    for step, pairs in peer_steps(args, training, optimizer):
         model.train()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             value = loss([features([p.query for p in pairs]), features([p.document for p in pairs])], None)
-        optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        optimizer.step()
+        descend(optimizer, value)
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
@@ -153,7 +165,7 @@ def open_clip_run(args) -> dict:
     from open_clip.model import CLIPTextCfg, CLIPVisionCfg
     from PIL import Image
 
-    from uform.reference.clip_torch import learning_rate
+    from uform.reference.clip_torch import decayed_adamw
 
     job = load_job(args)
     if job.query_modality != uform.Modality.IMAGE:
@@ -180,25 +192,14 @@ def open_clip_run(args) -> dict:
         return open_clip.tokenize(list(items), context_length=32).to(device)
 
     loss = SigLipLoss()
-    decayed = [p for p in model.parameters() if p.dim() >= 2]
-    kept = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01}, {"params": kept, "weight_decay": 0.0}],
-                                  lr=1e-3)
-    warmup = min(args.steps // 10, 400)
+    optimizer = decayed_adamw(torch, model, learning_rate=1e-3, weight_decay=0.01)
     curve = {}
     start = time.perf_counter()
-    for step in range(1, args.steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
-        pairs = step_pairs(training, args.seed, step, args.pairs_per_step)
+    for step, pairs in peer_steps(args, training, optimizer):
         model.train()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            image_features, text_features, scale, bias = model(images([p.query for p in pairs]),
-                                                               texts([p.document for p in pairs]))
-            value = loss(image_features, text_features, scale, bias)
-        optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        optimizer.step()
+            value = loss(*model(images([p.query for p in pairs]), texts([p.document for p in pairs])))
+        descend(optimizer, value)
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
 

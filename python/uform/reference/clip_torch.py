@@ -123,6 +123,14 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int, floor: float 
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
+def decayed_adamw(torch, model, *, learning_rate: float, weight_decay: float):
+    """AdamW over `model`'s parameters, decaying the matrices only (not gains, biases or temperatures)."""
+    decayed = [p for p in model.parameters() if p.dim() >= 2]
+    kept = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decayed, "weight_decay": weight_decay},
+                              {"params": kept, "weight_decay": 0.0}], lr=learning_rate)
+
+
 class PairTrainer:
     """Trains :func:`build`'s model on (query, document) pairs, a step at a time, and embeds items."""
 
@@ -132,10 +140,7 @@ class PairTrainer:
         self.model = build(torch, shape, query, seed).to(device)
         self.steps, self.peak = steps, learning_rate
         self.warmup = min(steps // 10, 400) if warmup is None else warmup
-        decayed = [p for name, p in self.model.named_parameters() if p.dim() >= 2]
-        kept = [p for name, p in self.model.named_parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": weight_decay},
-                                            {"params": kept, "weight_decay": 0.0}], lr=learning_rate)
+        self.optimizer = decayed_adamw(torch, self.model, learning_rate=learning_rate, weight_decay=weight_decay)
         self.completed = 0
 
     def _side(self, tower, items, kind: str):
