@@ -68,15 +68,22 @@ def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores
     if shape[0] == 0 or truth.shape != (shape[0],) or truth.min() < 0 or truth.max() >= shape[1]:
         raise ValueError(f"retrieval_metrics needs at least one query and a document index per query in "
                          f"[0, {shape[1]}), got {shape[0]} queries and truth of shape {truth.shape}")
-    ranks = np.empty(shape[0], np.int64)
-    for start in range(0, shape[0], _CHUNK):
-        rows = np.arange(start, min(start + _CHUNK, shape[0]))
+    ranks = _ranks(truth, scores=scores) if scores is not None else _ranks(truth, queries, documents)
+    return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_10": float(np.mean(ranks <= 10)),
+            "mrr": float(np.mean(1.0 / ranks))}
+
+
+def _ranks(truth: np.ndarray, queries=None, documents=None, *, scores=None) -> np.ndarray:
+    """Each query's rank of its document ``truth[i]``: 1 + the documents scoring at least as high, by the unit rows'
+    cosines (computed _CHUNK queries at a time) or by ``scores``."""
+    ranks = np.empty(truth.size, np.int64)
+    for start in range(0, truth.size, _CHUNK):
+        rows = np.arange(start, min(start + _CHUNK, truth.size))
         block = scores[rows].copy() if scores is not None else queries[rows] @ documents.T
         correct = block[np.arange(len(rows)), truth[rows]][:, None]
         block[np.arange(len(rows)), truth[rows]] = -np.inf
         ranks[rows] = 1 + np.count_nonzero(block >= correct, axis=1)
-    return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_10": float(np.mean(ranks <= 10)),
-            "mrr": float(np.mean(1.0 / ranks))}
+    return ranks
 
 
 def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
@@ -108,14 +115,7 @@ def recall_at_1(query_embeddings, document_embeddings) -> float:
     n = queries.shape[0]
     if n == 0:
         raise ValueError("recall_at_1 needs at least one pair")
-    hits = 0
-    for start in range(0, n, _CHUNK):
-        rows = np.arange(start, min(start + _CHUNK, n))
-        similarity = queries[rows] @ documents.T
-        correct = similarity[np.arange(len(rows)), rows].copy()
-        similarity[np.arange(len(rows)), rows] = -np.inf
-        hits += int(np.count_nonzero(correct > similarity.max(axis=1)))
-    return hits / n
+    return int(np.count_nonzero(_ranks(np.arange(n), queries, documents) == 1)) / n
 
 
 def bag_of_bytes_embeddings(texts: Sequence[str | bytes]) -> np.ndarray:
@@ -139,6 +139,12 @@ def bag_of_bytes_embeddings(texts: Sequence[str | bytes]) -> np.ndarray:
     return out
 
 
+def _philox_order(n: int, seed: int, word: int) -> np.ndarray:
+    """``argsort(Philox4x64-10(key=seed + word·2**64).random_raw(n), stable)``: a permutation of n keyed by the seed
+    and a word that tells its use apart."""
+    return np.argsort(np.random.Philox(key=int(seed) + word * 2**64).random_raw(n), kind="stable")
+
+
 def split_pairs(pairs: Sequence, held_out_fraction: float, seed: int = 0) -> tuple[list, list]:
     """Deterministic (train, held_out) split of ``pairs``; see the module docstring for the rule.
 
@@ -153,7 +159,7 @@ def split_pairs(pairs: Sequence, held_out_fraction: float, seed: int = 0) -> tup
     items = list(pairs)
     n = len(items)
     held = math.floor(held_out_fraction * n + 0.5)
-    order = np.argsort(np.random.Philox(key=int(seed) + 2 * 2**64).random_raw(n), kind="stable")
+    order = _philox_order(n, seed, 2)
     is_held = np.zeros(n, dtype=bool)
     is_held[order[:held]] = True
     train = [item for item, h in zip(items, is_held) if not h]
@@ -164,16 +170,14 @@ def split_pairs(pairs: Sequence, held_out_fraction: float, seed: int = 0) -> tup
 def split_by_document(pairs: Sequence, held_out: int, seed: int = 0) -> tuple[list, list]:
     """(train, held_out): ``held_out`` distinct documents (those first in the Philox order of
     :func:`split_pairs`'s key over the distinct documents in order of first appearance) each give the held-out
-    set one of their pairs (the first in that order of the pairs), and none of their pairs trains: no held-out
-    document is seen in training (a query string another document shares can be). Fewer distinct documents
-    hold out all of them."""
+    set one of their pairs (the first in the order of key word 3 over the pairs), and none of their pairs trains:
+    no held-out document is seen in training (a query string another document shares can be). Fewer distinct
+    documents hold out all of them."""
     items = list(pairs)
     documents = list(dict.fromkeys(item.document for item in items))
-    order = np.argsort(np.random.Philox(key=int(seed) + 2 * 2**64).random_raw(len(documents)), kind="stable")
-    chosen = {documents[i] for i in order[:held_out]}
-    pair_order = np.argsort(np.random.Philox(key=int(seed) + 3 * 2**64).random_raw(len(items)), kind="stable")
+    chosen = {documents[i] for i in _philox_order(len(documents), seed, 2)[:held_out]}
     first: dict = {}
-    for index in pair_order:
+    for index in _philox_order(len(items), seed, 3):
         if items[index].document in chosen:
             first.setdefault(items[index].document, int(index))
     train = [item for item in items if item.document not in chosen]
