@@ -26,8 +26,8 @@ from tqdm import tqdm
 import uform
 from uform.files import write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
-from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, mine_standard_library_pairs, name_pairs, pair_relations,
-                         read_pairs, retrieval_metrics, split_by_document, split_pairs)
+from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, mine_standard_library_pairs, name_pairs,
+                         pair_relations, read_pairs, retrieval_metrics, split_by_document, split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                         check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
                         newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
@@ -202,9 +202,7 @@ def step_items(job: Job, pairs) -> tuple[list, list, uform.Relations, list[int]]
 def held_out_documents(held_out: list) -> tuple[list, np.ndarray]:
     """The held-out pairs' distinct documents, in order of first appearance, and each pair's index among them: a
     caption several held-out queries share (a digit's) is one document, so that the rank of each is its class's."""
-    index: dict = {}
-    truth = np.array([index.setdefault(p.document, len(index)) for p in held_out], np.int64)
-    return list(index), truth
+    return distinct([p.document for p in held_out])
 
 
 def held_out_metrics(trainer: uform.Trainer, job: Job, held_out: list) -> dict[str, float]:
