@@ -42,15 +42,16 @@ currencies and languages in about 160 languages and scripts → their English na
 pycountry's catalogs (held out by English name: no held-out name trains); stdlib mines
 docstring-summary → signature pairs from the standard library's sources; digits reads
 scikit-learn's handwritten digits as images captioned "a handwritten seven" (zero-shot
-classification: ten captions; the reference a logistic regression on the pixels); shapes renders captioned
-shapes (a PNG image → its caption); sounds synthesises captioned sounds (a WAV recording → its
-caption); spoken has espeak-ng, where it is installed, say the numbers zero to ninety-nine in seven
-voices (the held-out recordings are an unheard voice's). A pairs file is JSONL, one {"query": ..., "document": ..., "weight"?:
-..., "group"?: ...} per line. Each step draws --pairs-per-step pairs (a pure function of the seed
-and the step), attracts each query to its document (every other pair repels) and masks bytes,
-patches or frames for the masked objective. Held-out recall@1 of the uncorrupted embeddings is
-measured every --eval-every steps, with recall@10 and MRR, beside baselines: for text, the same
-recall of a bag-of-bytes embedding (hashed byte bigrams) and of BM25; for media, chance (1/n).
+classification among ten captions, beside a logistic regression on the pixels); shapes renders
+captioned shapes (a PNG image → its caption); sounds synthesises captioned sounds (a WAV
+recording → its caption); spoken has espeak-ng, where it is installed, say the numbers zero to
+ninety-nine in seven voices (the held-out recordings are an unheard voice's). A pairs file is
+JSONL, one {"query": ..., "document": ..., "weight"?: ..., "group"?: ...} per line. Each step
+draws --pairs-per-step pairs (a pure function of the seed and the step), attracts each query to
+its document (every other pair repels) and masks bytes, patches or frames for the masked
+objective. Held-out recall@1 of the uncorrupted embeddings is measured every --eval-every
+steps, with recall@10 and MRR, beside baselines: for text, the same recall of a bag-of-bytes
+embedding (hashed byte bigrams) and of BM25; for media, chance (1/n) and, for digits, the pixels.
 
 The run directory holds config.toml (every setting, resolved), metrics.csv (one row per step),
 loss.png (redrawn at each save and evaluation), checkpoints/ (every --save-every steps, the last
@@ -109,6 +110,11 @@ def media_pairs(pairs) -> list[MediaPair]:
     return [MediaPair(query=media, document=caption) for media, caption in pairs]
 
 
+def first_examples(pairs: list, args) -> list:
+    """The first --examples of a built-in set's pairs (0: all of them)."""
+    return pairs[:args.examples] if args.examples else pairs
+
+
 def load_job(args) -> Job:
     if args.pairs:
         try:
@@ -121,13 +127,11 @@ def load_job(args) -> Job:
             raise UsageError(f"--pairs: {args.pairs} holds no pairs")
         return Job(pairs, uform.Modality.TEXT)
     if args.data == "names":
-        pairs = name_pairs()
-        return Job(pairs[:args.examples] if args.examples else pairs, uform.Modality.TEXT, split_by_document=True)
+        return Job(first_examples(name_pairs(), args), uform.Modality.TEXT, split_by_document=True)
     if args.data == "digits":
         from uform.media.digits import digit_pairs, digit_pixels, pixel_baseline
 
-        pairs = digit_pairs()
-        return Job(media_pairs(pairs[:args.examples] if args.examples else pairs), uform.Modality.IMAGE,
+        return Job(media_pairs(first_examples(digit_pairs(), args)), uform.Modality.IMAGE,
                    image=uform.ImageShape(patch_side=8),
                    pixel_baseline=lambda training, held: pixel_baseline(
                        digit_pixels([p.query for p in training]), [p.document for p in training],
@@ -139,7 +143,7 @@ def load_job(args) -> Job:
             recordings = spoken_pairs()
         except uform.UFormError as error:
             raise UsageError(f"--data spoken: {error.message}") from None
-        recordings = recordings[:args.examples] if args.examples else recordings
+        recordings = first_examples(recordings, args)
         return Job(media_pairs((r.audio, r.caption) for r in recordings), uform.Modality.AUDIO,
                    audio=uform.AudioShape(chunk_samples=SOUND_CHUNK, sample_rate=SOUND_RATE),
                    apart=[r.voice == HELD_OUT_VOICE for r in recordings])
@@ -154,8 +158,7 @@ def load_job(args) -> Job:
         pairs = sound_pairs(args.examples or CAPTION_COUNT, seed=args.seed, sample_rate=SOUND_RATE)
         return Job(media_pairs((pair.audio, pair.caption) for pair in pairs), uform.Modality.AUDIO,
                    audio=uform.AudioShape(chunk_samples=SOUND_CHUNK, sample_rate=SOUND_RATE))
-    pairs = mine_standard_library_pairs(seed=args.seed)
-    return Job(pairs[:args.examples] if args.examples else pairs, uform.Modality.TEXT)
+    return Job(first_examples(mine_standard_library_pairs(seed=args.seed), args), uform.Modality.TEXT)
 
 
 def split(job: Job, args) -> tuple[list, list]:

@@ -2,8 +2,8 @@
 
 Where the ``espeak-ng`` program is installed (Debian's ``espeak-ng`` package), each number word
 ("forty two") is rendered by each of :data:`VOICES` at two speeds and two pitches: 28 WAV
-recordings a word, 2,800 in all (about half a minute on two cores), each captioned by its words. The held-out recordings are those of
-:data:`HELD_OUT_VOICE`, a voice no training recording has: the task is to recognise a known word
+recordings a word, 2,800 in all (about 15 s on two cores), each captioned by its words. The
+held-out recordings are those of :data:`HELD_OUT_VOICE`, a voice no training recording has: the task is to recognise a known word
 from an unheard speaker, classification among the hundred captions (as digits' zero-shot task is
 among ten). Where ``espeak-ng`` is missing, :func:`spoken_pairs` refuses with a message that says
 how to install it.
@@ -72,8 +72,8 @@ def speak(program: str, text: str, voice: str, speed: int, pitch: int) -> bytes:
         done = subprocess.run([program, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", path, text],
                               capture_output=True, check=False, timeout=60)
         if done.returncode != 0 or not os.path.exists(path):
-            raise UFormError(ErrorCode.UNSUPPORTED, f"espeak-ng could not speak {text!r} in voice {voice}: "
-                                                    f"{done.stderr.decode(errors='replace').strip() or done.returncode}")
+            said = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+            raise UFormError(ErrorCode.UNSUPPORTED, f"espeak-ng could not speak {text!r} in voice {voice}: {said}")
         with open(path, "rb") as file:
             return file.read()
 
