@@ -184,7 +184,6 @@ class ResidentState:
             self.v = device.put(state.v)
             self.weight_grads = self._views(self.gradients)
             self._guard_sums, self._guard = self._gradient_sums(device)
-            self._norm_sums, self._norm = None, None  # gradient_norm's, made on its first call
 
     def _views(self, flat: Buffer) -> dict[str, Buffer]:
         return {entry["name"]: flat.view(entry["offset"], entry["shape"]) for entry in self.registry}
@@ -232,12 +231,11 @@ class ResidentState:
 
     def gradient_norm(self) -> float:
         """The gradient's global L2 norm: its squares summed down to GUARD_COLUMNS column sums on the device
-        (``kernels.column_sum``'s squares, the check's reductions), those downloaded and summed in float64."""
-        if self._norm is None:
-            self._norm_sums, self._norm = self._gradient_sums(self.device)
-        for part, rows, columns, out, partial in self._norm:
+        (``kernels.column_sum``'s squares, through the check's reductions and into its sums, which it overwrites:
+        call it after ``summed_gradient_problem`` has read them), those downloaded and summed in float64."""
+        for part, rows, columns, out, partial in self._guard:
             K.column_sum(out, part, rows, columns, partial=partial, squares=True)
-        return float(np.sqrt(np.sum(self._norm_sums.numpy(), dtype=np.float64)))
+        return float(np.sqrt(np.sum(self._guard_sums.numpy(), dtype=np.float64)))
 
     def scale_gradient(self, factor: float) -> None:
         """gradient ×= factor (rounded to float32), in place."""

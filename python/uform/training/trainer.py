@@ -370,12 +370,13 @@ class Trainer:
             if problem is not None:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")
             rate = learning_rate(run.schedule, step)
-            clip = run.schedule.gradient_clip_norm
-            norm = self._model.gradient_norm() if clip > 0 else 0.0
-            if not np.isfinite(norm):
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the gradient's squares overflow float32, "
-                                 "so it has no norm to clip by; nothing was updated")
-            factor = clip / (norm + 1e-6) if clip > 0 else 1.0
+            clip, factor = run.schedule.gradient_clip_norm, 1.0
+            if clip > 0:
+                norm = self._model.gradient_norm()
+                if not np.isfinite(norm):
+                    raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the gradient's squares overflow "
+                                     "float32, so it has no norm to clip by; nothing was updated")
+                factor = clip / (norm + 1e-6)
             with applied_whole():
                 if factor < 1.0:  # every replica holds the world's gradient: each scales it alike
                     for replica in self._replicas:
