@@ -25,6 +25,7 @@ import uform
 from common import parser, write_results
 from uform.__main__ import held_out_documents, load_job, split, step_pairs, train
 from uform.pairs import retrieval_metrics
+from uform.runs import falls_on
 
 
 def held_out_recall(encode_queries, encode_documents, held_out: list) -> float:
@@ -44,6 +45,11 @@ def peer_steps(args, training: list, optimizer):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
         yield step, step_pairs(training, args.seed, step, args.pairs_per_step)
+
+
+def evaluates(args, step: int) -> bool:
+    """Whether a peer evaluates after `step`: every --eval-every steps and at the end, as the train program does."""
+    return falls_on(step, args.eval_every) or step == args.steps
 
 
 def descend(optimizer, loss) -> None:
@@ -92,7 +98,7 @@ def peer_run(args) -> dict:
         documents = np.asarray([p.document for p in pairs], dtype=object)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             peer.step([p.query for p in pairs], list(documents), same=documents[:, None] == documents[None, :])
-        if step % args.eval_every == 0 or step == args.steps:
+        if evaluates(args, step):
             curve[step] = held_out_recall(lambda items: peer.encode(items, "query"),
                                           lambda items: peer.encode(items, "document"), held_out)
     return {"trainer": "clip_torch", "curve": curve, "seconds": time.perf_counter() - start}
@@ -144,7 +150,7 @@ def sentence_transformers_run(args) -> dict:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             value = loss([features([p.query for p in pairs]), features([p.document for p in pairs])], None)
         descend(optimizer, value)
-        if step % args.eval_every == 0 or step == args.steps:
+        if evaluates(args, step):
             model.eval()
             encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
                                                 convert_to_numpy=True, show_progress_bar=False)
@@ -200,7 +206,7 @@ def open_clip_run(args) -> dict:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             value = loss(*model(images([p.query for p in pairs]), texts([p.document for p in pairs])))
         descend(optimizer, value)
-        if step % args.eval_every == 0 or step == args.steps:
+        if evaluates(args, step):
             model.eval()
 
             def encode(items, tower):
