@@ -145,6 +145,9 @@ def test_ten_pairs_with_no_held_out_train_from_a_toml_config(tmp_path, capsys):
     (["--data", "movies"], "argument --data: invalid choice: 'movies'"),
     (["--resume", "{tmp}"], "--resume: {tmp} is not a run directory (it has no config.toml)"),
     (["--config", "{tmp}/bad.toml"], "--config: {tmp}/bad.toml: unknown setting 'colour'"),
+    (["--mask-ratio", "1"], "argument --mask-ratio: must lie strictly between 0 and 1, got 1"),
+    (["--gradient-clip-norm", "-1"], "argument --gradient-clip-norm: must be 0 or a positive number, got -1"),
+    (["--objective", "masked"], "argument --objective: invalid choice: 'masked'"),
 ])
 def test_a_bad_flag_is_one_line_naming_it(tmp_path, capsys, argv, message):
     (tmp_path / "bad.toml").write_text("colour = 3\n")
@@ -287,6 +290,16 @@ def test_train_job_on_digits_reports_the_pixel_baseline(tmp_path, capsys):
     assert status == 0 and "240 training pairs, 60 held out" in err
     found = re.search(r"chance 0\.100 · pixel logistic regression ([0-9.]+)", out)
     assert found and float(found[1]) > 0.6
+
+
+def test_train_job_on_digits_without_scikit_learn_is_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # an import of it fails, as where it is not installed
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    status, _, err = command(uform_main, ["train", "--data", "digits", "--run-dir", str(tmp_path / "run")], capsys)
+    assert status == 2 and "--data digits: the digits data set needs scikit-learn" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
 
 
 def test_train_job_on_spoken_words_without_espeak_is_one_line(tmp_path, capsys, monkeypatch):

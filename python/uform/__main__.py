@@ -139,11 +139,7 @@ def load_job(args) -> Job:
     if args.data == "spoken":
         from uform.media.spoken import HELD_OUT_VOICE, spoken_pairs
 
-        try:
-            recordings = spoken_pairs()
-        except uform.UFormError as error:
-            raise UsageError(f"--data spoken: {error.message}") from None
-        recordings = first_examples(recordings, args)
+        recordings = first_examples(spoken_pairs(), args)
         return Job(media_pairs((r.audio, r.caption) for r in recordings), uform.Modality.AUDIO,
                    audio=uform.AudioShape(chunk_samples=SOUND_CHUNK, sample_rate=SOUND_RATE),
                    apart=[r.voice == HELD_OUT_VOICE for r in recordings])
@@ -293,7 +289,10 @@ def train(argv: list[str]) -> int:
         raise UsageError(f"--hidden: must be a multiple of 128 (whole attention heads of 64), got {args.hidden}")
     if args.pairs is not None:
         args.pairs = args.pairs.resolve()  # the config names it wherever the run resumes from
-    job = load_job(args)
+    try:
+        job = load_job(args)
+    except uform.UFormError as error:  # a built-in set whose package or program this machine lacks
+        raise UsageError(f"--data {args.data}: {error.message}") from None
     # resolved, so that config.toml holds what the run trains with and a resume reads it back
     args.objective, args.gradient_clip_norm = objective(args, job), gradient_clip_norm(args, job)
     training, held_out = split(job, args)

@@ -98,3 +98,12 @@ def test_split_by_document_holds_out_every_pair_of_a_document():
     assert not {p.document for p in held} & {p.document for p in train}
     assert len(train) == 50 - sum(p.document in {h.document for h in held} for p in pairs)
     assert split_by_document(pairs, 3, seed=5) == (train, held)
+
+
+def test_retrieval_metrics_refuse_a_truth_outside_the_documents():
+    with pytest.raises(ValueError, match="a document index per query"):
+        retrieval_metrics(np.eye(3), np.eye(3), truth=[0, 1, 3])
+    with pytest.raises(ValueError, match="a document index per query"):
+        retrieval_metrics(scores=np.zeros((0, 4)))
+    with pytest.raises(ValueError, match="same width"):
+        retrieval_metrics(np.eye(3), np.eye(4))
