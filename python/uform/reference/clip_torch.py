@@ -89,12 +89,12 @@ def build(torch, shape: TowerShape, query: str, seed: int):
     class Pairs(nn.Module):
         def __init__(self):
             super().__init__()
-            text = nn.Embedding(257, shape.width)
-            self.document = Tower(text, shape.max_bytes)
-            if query == "text":
-                self.query = Tower(nn.Embedding(257, shape.width), shape.max_bytes)
-            else:
-                self.query = Tower(nn.Linear(3 * shape.patch_side ** 2, shape.width), shape.max_patches)
+            def text_tower():  # bytes 0..255 and the padding id 256
+                return Tower(nn.Embedding(257, shape.width), shape.max_bytes)
+
+            self.document = text_tower()
+            self.query = text_tower() if query == "text" else \
+                Tower(nn.Linear(3 * shape.patch_side ** 2, shape.width), shape.max_patches)
             self.log_scale = nn.Parameter(torch.tensor(math.log(10.0)))
             self.bias = nn.Parameter(torch.tensor(-10.0))
 
