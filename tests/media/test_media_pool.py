@@ -1,6 +1,8 @@
-"""DecodePool: order kept, work overlapping the caller, errors naming the lowest failing item."""
+"""DecodePool on threads and on processes: order kept, work overlapping the caller, errors naming the lowest failing
+item, a dead worker refused and replaced."""
 
 import functools
+import os
 import threading
 import time
 
@@ -68,3 +70,59 @@ def test_items_must_match_the_contents():
     with DecodePool() as pool, pytest.raises(UFormError) as refusal:
         pool.submit(slow_echo, [0, 0], items=[1])
     assert refusal.value.code == ErrorCode.SHAPE_MISMATCH
+
+
+def exits(content, item):
+    if content == "exit":
+        os._exit(3)  # the worker process dies mid-task, as one killed or crashed in a decoder would
+    return item
+
+
+def raises_key_error(content, item):
+    raise KeyError(content)
+
+
+def test_processes_decode_in_order_as_threads_do():
+    files = [encode_image(frame, "PNG") for frame in moving_frames(9, 17, 23)]
+    decode = functools.partial(prepare_image, shape=ImageShape(patch_side=8), max_patches=6)
+    with DecodePool(workers=2, processes=True) as processes, DecodePool(workers=2) as threads:
+        assert processes.workers == 2 and processes.map(slow_echo, [0.02, 0.0, 0.01], items=[5, 6, 7]) == [5, 6, 7]
+        for a, b in zip(processes.map(decode, files), threads.map(decode, files)):
+            np.testing.assert_array_equal(a.blocks, b.blocks)
+            np.testing.assert_array_equal(a.positions, b.positions)
+
+
+def test_a_refusal_crosses_from_a_process_as_it_was_raised():
+    files = [encode_image(frame, "PNG") for frame in moving_frames(6, 8, 8)]
+    files[4], files[2] = b"not an image", b"nor this"
+    with DecodePool(workers=3, processes=True) as pool:
+        with pytest.raises(UFormError) as refusal:
+            pool.map(decode_image, files, items=[20, 21, 22, 23, 24, 25])
+        assert refusal.value.code == ErrorCode.INVALID_ARGUMENT and refusal.value.message.startswith("item 22: ")
+        with pytest.raises(UFormError, match=r"item 7: could not decode: KeyError: 'x'"):
+            pool.map(raises_key_error, ["x"], items=[7])
+
+
+def test_a_dead_worker_is_a_refusal_and_the_shared_pool_starts_afresh(monkeypatch):
+    from uform.media import pool as pool_module
+
+    dying = DecodePool(workers=1, processes=True)
+    monkeypatch.setattr(pool_module, "_shared", dying)
+    with pytest.raises(UFormError, match=r"items 0–1: a decoding process died") as refusal:
+        pool_module.shared_pool().map(exits, ["ok", "exit"])
+    assert refusal.value.code == ErrorCode.INVALID_ARGUMENT and dying.broken
+    fresh = pool_module.shared_pool()
+    assert fresh is not dying and fresh.map(exits, ["a", "b"], items=[3, 4]) == [3, 4]
+
+
+def test_a_refusal_pickles_with_its_code_and_message_whatever_its_class():
+    import pickle
+
+    from uform.pairs.jsonl import PairFormatError
+    from uform.training.errors import UFormOSError
+
+    for error in (UFormError(ErrorCode.CORRUPTED, "a"), UFormOSError(ErrorCode.INVALID_ARGUMENT, "b"),
+                  PairFormatError("line 3: c")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and copy.code == error.code and copy.message == error.message
+        assert str(copy) == str(error)

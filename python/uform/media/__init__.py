@@ -7,12 +7,13 @@ Read in this order (``docs/media.md`` holds every rule in one place):
 - :mod:`.images` -- :func:`decode_image`, an IMAGE item to RGBA uint8 pixels.
 - :mod:`.video` -- :func:`decode_video`, a VIDEO item to RGB uint8 frames.
 - :mod:`.patches` -- :func:`image_patches` and :func:`video_tubes`: pixels to
-  :class:`Patches` (inputs, MAE targets, positions), downscaled or truncated to fit.
+  :class:`Patches` (pixels, inputs, MAE targets, positions), downscaled or truncated to fit.
 - :mod:`.prepare` -- :func:`prepare_image` and :func:`prepare_video`: one item's whole
   host path, decoding then patches, for the run's shape.
 - :mod:`.masking` -- :func:`mask_patches`, the keyed choice of masked patches.
 - :mod:`.batch` -- :func:`batch_patches`, a step's items back to back as a :class:`PatchBatch`.
-- :mod:`.pool` -- :class:`DecodePool`, decoding on threads while the device works.
+- :mod:`.pool` -- :class:`DecodePool`, decoding on threads or processes while the device works, and
+  :func:`shared_pool`, the processes every trainer decodes on.
 - :mod:`.shapes` -- :func:`shape_pairs`, captioned shapes for demos.
 
 Audio items have their own modules beside these: :mod:`.audio` and :mod:`.sounds`.
@@ -23,7 +24,7 @@ from .formats import IMAGE_FORMATS, VIDEO_FORMATS, sniff_format
 from .images import MAX_IMAGE_PIXELS, decode_image
 from .masking import mask_patches, masked_count
 from .patches import Patches, fitted_size, image_patches, video_tubes
-from .pool import DecodeJob, DecodePool
+from .pool import DecodeJob, DecodePool, shared_pool
 from .prepare import prepare_image, prepare_video
 from .shapes import ShapeScene, all_scenes, shape_pairs
 from .video import MAX_VIDEO_PIXELS, VIDEO_CODECS, decode_video
@@ -32,5 +33,5 @@ __all__ = [
     "IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_VIDEO_PIXELS", "VIDEO_CODECS", "VIDEO_FORMATS", "DecodeJob",
     "DecodePool", "PatchBatch", "Patches", "ShapeScene", "all_scenes", "batch_patches", "decode_image",
     "decode_video", "fitted_size", "image_patches", "mask_patches", "masked_count", "prepare_image",
-    "prepare_video", "shape_pairs", "sniff_format", "video_tubes",
+    "prepare_video", "shape_pairs", "shared_pool", "sniff_format", "video_tubes",
 ]

@@ -55,6 +55,7 @@ from __future__ import annotations
 import io
 import numbers
 from dataclasses import dataclass
+from functools import cached_property
 
 import av
 import numpy as np
@@ -82,14 +83,23 @@ class AudioFrames:
 
     frames: np.ndarray
     """``(F, chunk_samples)`` float32: the resampled mono signal, the last frame zero-padded."""
-    targets: np.ndarray
-    """``(F, chunk_samples)`` float32: each frame normalised to zero mean and unit variance."""
     positions: np.ndarray
     """``(F,)`` int32: the frame indices 0 .. F-1."""
     truncated: bool
     """Whether the recording had more than ``max_frames`` frames and lost its tail."""
     original_frames: int
     """Frames the whole recording spans, ``ceil(samples / chunk_samples)``, before truncation."""
+
+    @cached_property
+    def targets(self) -> np.ndarray:
+        """``(F, chunk_samples)`` float32: each frame normalised to zero mean and unit variance (computed when
+        first read: a contrastive step never needs it)."""
+        return sample_targets(self.frames)
+
+
+def sample_targets(frames: np.ndarray) -> np.ndarray:
+    """``(F, chunk_samples)`` float32 frames' reconstruction targets: each normalised in float64."""
+    return normalised_targets(frames.astype(np.float64))
 
 
 def require_audio(shape: AudioShape | None, item: int = 0) -> AudioShape:
@@ -235,8 +245,7 @@ def frame_audio(samples: np.ndarray, chunk_samples: int, max_frames: int) -> Aud
     frames = np.zeros(kept * chunk_samples, np.float32)
     frames[:min(samples.size, frames.size)] = samples[:frames.size]
     frames = frames.reshape(kept, chunk_samples)
-    return AudioFrames(frames=frames, targets=normalised_targets(frames.astype(np.float64)),
-                       positions=np.arange(kept, dtype=np.int32),
+    return AudioFrames(frames=frames, positions=np.arange(kept, dtype=np.int32),
                        truncated=original > kept, original_frames=original)
 
 

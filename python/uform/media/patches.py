@@ -52,6 +52,7 @@ every step a numpy array operation (reshapes and transposes, no per-pixel loop).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import numpy as np
 from PIL import Image
@@ -65,12 +66,12 @@ RESAMPLING = Image.Resampling.BICUBIC
 
 @dataclass(frozen=True, eq=False)
 class Patches:
-    """One item cut into patches (an image) or tubes (a video): what the encoder reads and reconstructs."""
+    """One item cut into patches (an image) or tubes (a video): what the encoder reads and reconstructs.
+    :attr:`inputs` and :attr:`targets` are computed from :attr:`blocks` when first read: a step converts the
+    pixels of all its items at once, and a contrastive one never needs the targets."""
 
-    inputs: np.ndarray
-    """``(count, width)`` float32 in [0, 1]: each patch's pixels / 255, flattened ``(t, y, x, c)``."""
-    targets: np.ndarray
-    """``(count, width)`` float32: each patch's pixels normalised by its own mean and variance."""
+    blocks: np.ndarray
+    """``(count, width)`` uint8: each patch's pixels, flattened ``(t, y, x, c)``."""
     positions: np.ndarray
     """``(count, 2)`` int32 ``(row, column)`` for an image, ``(count, 3)`` ``(time, row, column)`` for a video."""
     grid: tuple[int, ...]
@@ -84,9 +85,19 @@ class Patches:
     source_frames: int
     """Frames decoded (after ``frame_stride``); 1 for an image."""
 
+    @cached_property
+    def inputs(self) -> np.ndarray:
+        """``(count, width)`` float32 in [0, 1]: each patch's pixels / 255."""
+        return pixel_inputs(self.blocks)
+
+    @cached_property
+    def targets(self) -> np.ndarray:
+        """``(count, width)`` float32: each patch's pixels normalised by its own mean and variance."""
+        return pixel_targets(self.blocks)
+
     @property
     def count(self) -> int:
-        return int(self.inputs.shape[0])
+        return int(self.blocks.shape[0])
 
     @property
     def downscaled(self) -> bool:
@@ -141,16 +152,24 @@ def _padded(pixels: np.ndarray, rows: int, columns: int, patch_side: int) -> np.
     return padded
 
 
-def _values(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(inputs, targets)`` of ``(count, width)`` uint8 patches: pixel / 255, and the normalised target."""
-    inputs = blocks.astype(np.float32) / np.float32(255)
-    return inputs, normalised_targets(blocks / 255.0)
+def pixel_inputs(blocks: np.ndarray) -> np.ndarray:
+    """``(count, width)`` uint8 patches as the encoder reads them: float32 pixel / 255."""
+    return blocks.astype(np.float32) / np.float32(255)
 
 
-def _positions(*extents: int) -> np.ndarray:
-    """``(product, len(extents))`` int32: every index of the grid, the last axis fastest."""
+def pixel_targets(blocks: np.ndarray) -> np.ndarray:
+    """``(count, width)`` uint8 patches' reconstruction targets: pixel / 255 normalised per patch."""
+    return normalised_targets(blocks / 255.0)
+
+
+@lru_cache(maxsize=256)
+def grid_positions(*extents: int) -> np.ndarray:
+    """``(product, len(extents))`` int32: every index of the grid, the last axis fastest (one read-only array
+    per grid, shared by every item cut to it)."""
     axes = np.meshgrid(*(np.arange(extent, dtype=np.int32) for extent in extents), indexing="ij")
-    return np.stack([axis.reshape(-1) for axis in axes], axis=1)
+    positions = np.stack([axis.reshape(-1) for axis in axes], axis=1)
+    positions.flags.writeable = False
+    return positions
 
 
 def image_patches(pixels: np.ndarray, patch_side: int, max_patches: int) -> Patches:
@@ -162,8 +181,7 @@ def image_patches(pixels: np.ndarray, patch_side: int, max_patches: int) -> Patc
     blocks = (padded.reshape(rows, patch_side, columns, patch_side, channels)
               .transpose(0, 2, 1, 3, 4)
               .reshape(rows * columns, patch_side * patch_side * channels))
-    inputs, targets = _values(blocks)
-    return Patches(inputs=inputs, targets=targets, positions=_positions(rows, columns), grid=(rows, columns),
+    return Patches(blocks=blocks, positions=grid_positions(rows, columns), grid=(rows, columns),
                    size=size, source_size=(height, width), frames=1, source_frames=1)
 
 
@@ -192,7 +210,6 @@ def video_tubes(frames: np.ndarray, patch_side: int, tube_frames: int, max_tubes
     blocks = (padded.reshape(times, tube_frames, rows, patch_side, columns, patch_side, channels)
               .transpose(0, 2, 4, 1, 3, 5, 6)
               .reshape(times * rows * columns, tube_frames * patch_side * patch_side * channels))
-    inputs, targets = _values(blocks)
-    return Patches(inputs=inputs, targets=targets, positions=_positions(times, rows, columns),
+    return Patches(blocks=blocks, positions=grid_positions(times, rows, columns),
                    grid=(times, rows, columns), size=size, source_size=(height, width), frames=kept,
                    source_frames=count)

@@ -47,6 +47,17 @@ class UFormError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.name}, {self.message!r})"
 
+    def __reduce__(self):
+        # rebuilt from its code and message whatever a subclass's constructor takes, so that a refusal raised in a
+        # decoding process (uform.media.pool) reaches the trainer as it was raised
+        return _rebuilt, (type(self), int(self.code), self.message)
+
+
+def _rebuilt(kind: type, code: int, message: str) -> UFormError:
+    error = kind.__new__(kind)
+    UFormError.__init__(error, ErrorCode(code), message)
+    return error
+
 
 class UFormValueError(UFormError, ValueError):
     """A UFormError that is also a ValueError: the language-model trainer keeps mojolearn's exception types."""

@@ -28,11 +28,13 @@ model reads into a :class:`MediaBatch`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 
 import numpy as np
 
 from ..media import mask_patches, prepare_image, prepare_video
-from ..media.audio import prepare_audio
+from ..media.audio import prepare_audio, sample_targets
+from ..media.patches import grid_positions, pixel_inputs, pixel_targets
 from ..media.pool import DecodeJob, DecodePool
 from .config import BatchShape, Masking
 from .enums import Modality
@@ -50,11 +52,23 @@ def position_features(positions: np.ndarray, axes: tuple[int, ...]) -> np.ndarra
     rotary positions (0 time, 1 row, 2 column) and each k < POSITION_FREQUENCIES, ``sin(p·ω_k)`` then
     ``cos(p·ω_k)`` with ``ω_k = π / 2^(k+1)``, computed in float64 (the angle reduced to one period first,
     where it is exact) and rounded to float32. Positions 512 apart get the same features (rotary positions still
-    tell them apart)."""
+    tell them apart), so each axis reads one row of :func:`_position_table` per position."""
+    return _position_table()[positions[:, list(axes)] % POSITION_PERIOD].reshape(len(positions), -1)
+
+
+POSITION_PERIOD = 2 ** (POSITION_FREQUENCIES + 1)
+"""The longest period of the absolute position features, in positions: every period divides it."""
+
+
+@lru_cache(maxsize=1)
+def _position_table() -> np.ndarray:
+    """``(POSITION_PERIOD, 2·POSITION_FREQUENCIES)`` float32: one axis's features at positions 0 … period − 1."""
     periods = 2.0 ** (np.arange(POSITION_FREQUENCIES) + 2)
-    p = positions[:, list(axes)].astype(np.float64)[:, :, None]
+    p = np.arange(POSITION_PERIOD, dtype=np.float64)[:, None]
     angles = 2 * np.pi * (np.mod(p, periods) / periods)
-    return np.stack([np.sin(angles), np.cos(angles)], -1).reshape(len(positions), -1).astype(np.float32)
+    table = np.stack([np.sin(angles), np.cos(angles)], -1).reshape(POSITION_PERIOD, -1).astype(np.float32)
+    table.flags.writeable = False
+    return table
 
 
 @dataclass(frozen=True)
@@ -107,16 +121,30 @@ def media_geometry(batch: BatchShape) -> tuple[tuple[str, int], ...]:
 
 @dataclass(frozen=True, eq=False)
 class MediaItem:
-    """One prepared media item: a token per patch, tube or frame."""
+    """One prepared media item: a token per patch, tube or frame, its values as decoded (the conversion to what
+    the model reads is :func:`place_media`'s, once for a whole step)."""
 
-    inputs: np.ndarray
-    """``(tokens, width)`` float32: pixels in [0, 1] or samples, what the patch embedding reads."""
-    targets: np.ndarray
-    """``(tokens, width)`` float32: the normalised pixels or samples the reconstruction head predicts."""
+    values: np.ndarray
+    """``(tokens, width)``: uint8 pixels of each patch or tube, or float32 samples of each frame."""
     positions: np.ndarray
     """``(tokens, 3)`` int32: (time, row, column) of each token."""
     truncated: bool
     """Whether a clip or recording was cut to fit a row."""
+
+    @property
+    def count(self) -> int:
+        return int(self.values.shape[0])
+
+
+def model_inputs(values: np.ndarray) -> np.ndarray:
+    """``(tokens, width)`` float32 the patch embedding reads: pixels / 255 in [0, 1], or the samples as they are."""
+    return pixel_inputs(values) if values.dtype == np.uint8 else values
+
+
+def reconstruction_targets(values: np.ndarray) -> np.ndarray:
+    """``(tokens, width)`` float32 MAE targets of the tokens' values: each normalised by its own mean and
+    variance (pixels as pixel / 255)."""
+    return pixel_targets(values) if values.dtype == np.uint8 else sample_targets(values)
 
 
 def prepare_item(modality: int, content, item: int, *, batch: BatchShape) -> MediaItem:
@@ -124,15 +152,31 @@ def prepare_item(modality: int, content, item: int, *, batch: BatchShape) -> Med
     room = batch.max_columns_per_row
     if modality == Modality.AUDIO:
         frames = prepare_audio(content, item, shape=batch.audio, max_frames=room)
-        positions = np.repeat(frames.positions.astype(np.int32)[:, None], POSITION_AXES, 1)
-        return MediaItem(frames.frames, frames.targets, positions, bool(frames.truncated))
+        return MediaItem(frames.frames, _frame_positions(len(frames.frames)), bool(frames.truncated))
     if modality == Modality.IMAGE:
         patches = prepare_image(content, item, shape=batch.image, max_patches=room)
-        positions = np.concatenate([np.zeros((patches.count, 1), np.int32), patches.positions], 1)
+        positions = _image_positions(patches.grid)
     else:
         patches = prepare_video(content, item, shape=batch.video, max_tubes=room)
         positions = patches.positions
-    return MediaItem(patches.inputs, patches.targets, positions.astype(np.int32), bool(patches.truncated))
+    return MediaItem(patches.blocks, positions, bool(patches.truncated))
+
+
+@lru_cache(maxsize=256)
+def _image_positions(grid: tuple[int, int]) -> np.ndarray:
+    """``(rows·columns, 3)`` int32 (0, row, column) of an image grid's patches, one read-only array per grid."""
+    patches = grid_positions(*grid)
+    positions = np.concatenate([np.zeros((len(patches), 1), np.int32), patches], 1)
+    positions.flags.writeable = False
+    return positions
+
+
+@lru_cache(maxsize=256)
+def _frame_positions(count: int) -> np.ndarray:
+    """``(count, 3)`` int32 (f, f, f) of an audio item's frames, one read-only array per count."""
+    positions = np.repeat(np.arange(count, dtype=np.int32)[:, None], POSITION_AXES, 1)
+    positions.flags.writeable = False
+    return positions
 
 
 @dataclass
@@ -162,16 +206,19 @@ def submit_items(modalities: np.ndarray, contents: list, batch: BatchShape, pool
     items = [int(i) for i in np.flatnonzero(modalities != Modality.TEXT)]
     if not items:
         return PendingMedia([], None)
-
-    def prepare(content, item):
-        return prepare_item(int(modalities[item]), content, item, batch=batch)
-
+    prepare = partial(_prepare_step_item, modalities=np.asarray(modalities), batch=batch)
     return PendingMedia(items, pool.submit(prepare, [contents[i] for i in items], items))
+
+
+def _prepare_step_item(content, item: int, *, modalities: np.ndarray, batch: BatchShape):
+    """:func:`prepare_item` of a step's item ``item`` of ``modalities`` (a module-level function, so that a pool of
+    processes can run it)."""
+    return prepare_item(int(modalities[item]), content, item, batch=batch)
 
 
 def media_tokens(item: MediaItem, kind: MediaKind) -> np.ndarray:
     """The token ids a media item packs as: its modality's id per token (masks are drawn after packing)."""
-    return np.full(item.inputs.shape[0], kind.token, np.int32)
+    return np.full(item.count, kind.token, np.int32)
 
 
 @dataclass
@@ -212,38 +259,40 @@ def place_media(packed: Packed, tokens: np.ndarray, positions: np.ndarray, modal
                 items: dict[int, MediaItem], masking: Masking | None, seed: int, step: int) -> MediaBatch:
     """Draw every packed media item's mask (``masking`` None: nothing hidden), write its token ids into
     ``tokens`` and its positions into ``positions`` (flat views of the grid), the shown tokens first and the
-    hidden ones after them, and gather its rows."""
+    hidden ones after them, and gather its rows: each modality's values converted, position features computed
+    and hidden targets normalised in one call over the whole step."""
     ends = np.cumsum(packed.segment_length)
     starts = ends - packed.segment_length
     row_of = np.full(tokens.size, -1, np.int32)
     batch = MediaBatch(row_of=row_of, hidden_of_segment=np.zeros(len(packed.item_of_segment), np.int32))
     stacked = 0
     for kind in MEDIA_KINDS:
-        inputs, placed, targets, hidden = [], [], [], []
-        for segment, item in enumerate(packed.item_of_segment):
-            if modalities[item] != kind.modality:
-                continue
-            prepared = items[int(item)]
-            flat = packed.flat[starts[segment]:ends[segment]]
-            count = flat.size
-            masked = (mask_patches(count, kind.mask_ratio(masking), seed, step, int(item))
-                      if masking is not None else np.zeros(count, bool))
-            order = np.argsort(masked, kind="stable")  # the shown tokens, then the hidden ones, each in order
-            shown = count - int(np.count_nonzero(masked))
-            positions[flat] = prepared.positions[order]
-            tokens[flat[shown:]] = kind.mask_token
-            values = prepared.inputs[order]
-            values[shown:] = 0.0
-            inputs.append(np.concatenate([values, position_features(positions[flat], kind.position_axes)], 1))
-            placed.append(flat)
-            targets.append(prepared.targets[order[shown:]])
-            hidden.append(flat[shown:])
-            batch.hidden_of_segment[segment] = count - shown
-            batch.truncated += prepared.truncated
-        if not inputs:
+        segments = np.flatnonzero(modalities[packed.item_of_segment] == kind.modality)
+        if not segments.size:
             continue
-        rows = ModalityRows(inputs=np.concatenate(inputs), tokens=np.concatenate(placed).astype(np.int32),
-                            targets=np.concatenate(targets), hidden=np.concatenate(hidden).astype(np.int32))
+        placed = [items[int(packed.item_of_segment[segment])] for segment in segments]
+        counts = packed.segment_length[segments].astype(np.int64)
+        owner = np.repeat(np.arange(segments.size), counts)  # each token's segment among this kind's
+        masked = np.concatenate([
+            mask_patches(int(count), kind.mask_ratio(masking), seed, step, int(packed.item_of_segment[segment]))
+            for segment, count in zip(segments, counts)]) if masking is not None else np.zeros(owner.size, bool)
+        # the source of each slot: within a segment, its shown tokens in order, then its hidden ones in order
+        source = np.lexsort((masked, owner))
+        hidden_slot = masked[source]
+        first = np.cumsum(counts) - counts  # each segment's first token among this kind's
+        slots = packed.flat[np.repeat(starts[segments] - first, counts) + np.arange(owner.size)]
+        values = np.concatenate([item.values for item in placed])[source]
+        token_positions = np.concatenate([item.positions for item in placed])[source]
+        positions[slots] = token_positions
+        tokens[slots[hidden_slot]] = kind.mask_token
+        targets = reconstruction_targets(values[hidden_slot])
+        values[hidden_slot] = 0
+        rows = ModalityRows(inputs=np.concatenate([model_inputs(values),
+                                                   position_features(token_positions, kind.position_axes)], 1),
+                            tokens=slots.astype(np.int32), targets=targets,
+                            hidden=slots[hidden_slot].astype(np.int32))
+        batch.hidden_of_segment[segments] = np.bincount(owner[masked], minlength=segments.size)
+        batch.truncated += sum(item.truncated for item in placed)
         row_of[rows.tokens] = stacked + np.arange(rows.tokens.size, dtype=np.int32)
         stacked += rows.tokens.size
         batch.modalities[kind.name] = rows

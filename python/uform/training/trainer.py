@@ -7,7 +7,7 @@
     trainer.save("checkpoint.safetensors")
 
 A step checks every argument before anything runs (a refused step changes nothing), decodes its
-media items on the trainer's thread pool (``uform.training.media_step``), packs the items into the
+media items on the shared pool of decoding processes (``uform.training.media_step``), packs the items into the
 batch's rows, corrupts them for the masked objectives (draws keyed by seed, step and item),
 resolves the relations into pair targets, and runs forward, losses, backward and
 AdamW on the device (``uform.training.encoder``). A step with no item to train on (none given, or
@@ -50,7 +50,7 @@ from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry,
 from .enums import LateInteractionSide, Modality, Objective, PairLossForm, Scalar
 from .errors import ErrorCode, UFormError, UFormRuntimeError
 from .masking import corrupt
-from ..media.pool import DecodePool
+from ..media.pool import shared_pool
 from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, PreparedMedia, media_geometry,
                          media_tokens, place_media, submit_items)
 from .choices import choice_batch, choice_state
@@ -100,7 +100,6 @@ class Trainer:
         self._lock = threading.Lock()
         self._lost = False
         self._worker: ThreadPoolExecutor | None = None
-        self._pool = DecodePool()  # decodes a step's media items on threads
         self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
         self._preparations: deque[tuple[Future, Callable[[], None]]] = deque()  # deferred steps' batches to pack
         # ahead, in order: each step's future batch and the call that packs it
@@ -257,7 +256,7 @@ class Trainer:
             return modalities, contents, None
         if kinds.size != len(items) or not np.all(np.isin(kinds, list(self._modalities_enabled()))):
             return modalities, items, None
-        return kinds, items, submit_items(kinds, items, self._run.batch, self._pool)
+        return kinds, items, submit_items(kinds, items, self._run.batch, shared_pool())
 
     def _checked_inputs(self, modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
                         choice_targets=None, relations: Relations | None = None, outputs_scalar: Scalar = Scalar.F32,
@@ -469,14 +468,13 @@ class Trainer:
                                                     "alone, for embedding); make it with training=True to train")
 
     def close(self) -> None:
-        """Stop the trainer's threads: the deferred receivers' worker (after the calls it holds) and the
-        decode pool. The trainer takes no call after it."""
+        """Stop the trainer's thread: the deferred receivers' worker (after the calls it holds). The trainer takes no
+        call after it. (Media items decode on ``uform.media.shared_pool()``, which every trainer shares.)"""
         with self._lock:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
         self._preparations.clear()
-        self._pool.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
         """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
@@ -501,7 +499,7 @@ class Trainer:
         uncorrupted into the run's batch shape a batch at a time (each batch's `items` are those it was
         offered; packing keeps a prefix of them and the rest go to the next) until every one is packed: what
         encode, encode_tokens and text_choose read, so an item's answer does not depend on its neighbours."""
-        prepared = submit_items(inputs.modalities, inputs.contents, self._run.batch, self._pool).result()
+        prepared = submit_items(inputs.modalities, inputs.contents, self._run.batch, shared_pool()).result()
         while items.size:
             ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(items) if int(item) in prepared})
             batch, packed = self.step_batch(inputs.subset(items), False, step=0, corrupted=False, decoded=ready,
@@ -563,7 +561,7 @@ class Trainer:
         shape = run.batch
         columns = shape.max_columns_per_row
         if decoded is None:
-            decoded = submit_items(inputs.modalities, inputs.contents, shape, self._pool)
+            decoded = submit_items(inputs.modalities, inputs.contents, shape, shared_pool())
         media_items = decoded.result()
         train_choices = run.choices.weight > 0 if train_choices is None else train_choices
         choosing_items = np.diff(inputs.choice_offsets.astype(np.int64)) > 0 if train_choices else \
