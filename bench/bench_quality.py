@@ -3,7 +3,8 @@
 uform runs as its users run it, `python -m uform train` (its defaults but the flags below: JOINT for text, CONTRASTIVE
 clipped at norm 1 for images), into a scratch run directory; the peers are uform.reference.clip_torch's CLIP-style
 pair trainer (two towers of the same depth and width, SigLIP, AdamW, the same warmup and cosine schedule, bf16
-autocast on a GPU; text and images) and sentence-transformers from scratch (text), on the same pairs, split, step
+autocast on a GPU; text and images) and sentence-transformers from scratch (text; its
+MultipleNegativesRankingLoss, or SigLIP's loss as uform trains), on the same pairs, split, step
 draws and pairs a step, evaluated on the same held-out pairs at the same steps, and OpenCLIP (images). Rows:
 bench/RESULTS.md.
 
@@ -104,10 +105,31 @@ def peer_run(args) -> dict:
     return {"trainer": "clip_torch", "curve": curve, "seconds": time.perf_counter() - start}
 
 
-def sentence_transformers_run(args) -> dict:
+def siglip_loss(torch, model):
+    """A sentence-transformers loss module: SigLIP's sigmoid loss over the batch's (anchor, positive) embeddings
+    (``uform.reference.clip_torch.sigmoid_loss``: a learned scale from 10 and bias from −10, every other pair a
+    negative), the form uform trains."""
+    from uform.reference.clip_torch import sigmoid_loss
+
+    class SigLIPLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.log_scale = torch.nn.Parameter(torch.tensor(np.log(10.0), dtype=torch.float32))
+            self.bias = torch.nn.Parameter(torch.tensor(-10.0))
+
+        def forward(self, sentence_features, labels):
+            anchors, positives = (self.model(features)["sentence_embedding"] for features in sentence_features)
+            return sigmoid_loss(torch, anchors.float(), positives.float(), self.log_scale, self.bias)
+
+    return SigLIPLoss()
+
+
+def sentence_transformers_run(args, loss_form: str = "mnrl") -> dict:
     """sentence-transformers from scratch on the same text job: a randomly initialised BertModel of the same depth and
-    width, a BPE tokenizer trained on the training split with ``tokenizers``, mean pooling,
-    MultipleNegativesRankingLoss, AdamW at the same peak, warmup and cosine, bf16 autocast on a GPU."""
+    width, a BPE tokenizer trained on the training split with ``tokenizers``, mean pooling, MultipleNegativesRankingLoss
+    (``loss_form`` "mnrl") or SigLIP's ("siglip"), AdamW at the same peak, warmup and cosine, bf16 autocast on a
+    GPU."""
     import torch
     from sentence_transformers import SentenceTransformer, losses, models
     from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
@@ -137,8 +159,8 @@ def sentence_transformers_run(args) -> dict:
         fast.save_pretrained(scratch)
         transformer = models.Transformer(scratch, max_seq_length=128)
     model = SentenceTransformer(modules=[transformer, models.Pooling(args.hidden, "mean")], device=device)
-    loss = losses.MultipleNegativesRankingLoss(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    loss = losses.MultipleNegativesRankingLoss(model) if loss_form == "mnrl" else siglip_loss(torch, model).to(device)
+    optimizer = torch.optim.AdamW(loss.parameters(), lr=1e-3, weight_decay=0.01)  # the model's, and SigLIP's two
 
     def features(texts):
         return {name: value.to(device) if hasattr(value, "to") else value
@@ -155,7 +177,8 @@ def sentence_transformers_run(args) -> dict:
             encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
                                                 convert_to_numpy=True, show_progress_bar=False)
             curve[step] = held_out_recall(encode, encode, held_out)
-    return {"trainer": "sentence_transformers", "curve": curve, "seconds": time.perf_counter() - start}
+    name = "sentence_transformers" + ("" if loss_form == "mnrl" else f"_{loss_form}")
+    return {"trainer": name, "curve": curve, "seconds": time.perf_counter() - start}
 
 
 def open_clip_run(args) -> dict:
@@ -229,8 +252,8 @@ def main():
     options.add_argument("--hidden", type=int, default=256)
     options.add_argument("--eval-every", type=int, default=250)
     options.add_argument("--trainers", default="uform,clip_torch",
-                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers (text), "
-                              "open_clip (images)")
+                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers and "
+                              "sentence_transformers_siglip (text), open_clip (images)")
     args = options.parse_args()
     if args.eval_every < 1:
         raise SystemExit("--eval-every: must be positive")
@@ -238,6 +261,7 @@ def main():
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
     args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults
     runners = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
+               "sentence_transformers_siglip": lambda args: sentence_transformers_run(args, "siglip"),
                "open_clip": open_clip_run}
     rows = []
     for name in args.trainers.split(","):
