@@ -243,7 +243,9 @@ def open_clip_run(args) -> dict:
     return {"trainer": "open_clip", "curve": curve, "seconds": time.perf_counter() - start}
 
 
-def main():
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's settings (``argv``; default: the process's), --quick's sizes applied and the train
+    program's own defaults filled in, as every runner takes them."""
     options: argparse.ArgumentParser = parser(__doc__)
     options.add_argument("--data", choices=("names", "stdlib", "digits", "shapes", "sounds"), default="names")
     options.add_argument("--steps", type=int, default=1000)
@@ -254,22 +256,32 @@ def main():
     options.add_argument("--trainers", default="uform,clip_torch",
                          help="which to run, comma-separated: uform, clip_torch, sentence_transformers and "
                               "sentence_transformers_siglip (text), open_clip (images)")
-    args = options.parse_args()
+    args = options.parse_args(argv)
     if args.eval_every < 1:
         raise SystemExit("--eval-every: must be positive")
     if args.quick:
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
     args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults
-    runners = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
-               "sentence_transformers_siglip": lambda args: sentence_transformers_run(args, "siglip"),
-               "open_clip": open_clip_run}
-    rows = []
-    for name in args.trainers.split(","):
-        row = runners[name](args)
-        row.update(data=args.data, steps=args.steps, pairs_per_step=args.pairs_per_step, depth=args.depth,
-                   hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
-        rows.append(row)
-    write_results(args.out, f"quality_{args.data}", rows)
+    return args
+
+
+RUNNERS = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
+           "sentence_transformers_siglip": lambda args: sentence_transformers_run(args, "siglip"),
+           "open_clip": open_clip_run}
+"""Each trainer's run: its held-out recall@1 at each evaluation ("curve") and its wall time ("seconds")."""
+
+
+def run(args, name: str) -> dict:
+    """Trainer `name`'s row: its run, the settings and its final and best recall@1."""
+    row = RUNNERS[name](args)
+    row.update(data=args.data, steps=args.steps, pairs_per_step=args.pairs_per_step, depth=args.depth,
+               hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
+    return row
+
+
+def main():
+    args = arguments()
+    write_results(args.out, f"quality_{args.data}", [run(args, name) for name in args.trainers.split(",")])
 
 
 if __name__ == "__main__":
