@@ -38,14 +38,19 @@ def held_out_recall(encode_queries, encode_documents, held_out: list) -> float:
 
 def peer_steps(args, training: list, optimizer):
     """Each step's number and pairs, the optimizer's rate set first to the train program's schedule (peak 1e-3,
-    warmup min(steps/10, 400), cosine)."""
+    warmup --warmup-steps or min(steps/10, 400), cosine)."""
     from uform.reference.clip_torch import learning_rate
 
-    warmup = min(args.steps // 10, 400)
+    warmup = warmup_steps(args)
     for step in range(1, args.steps + 1):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, 1e-3, warmup)
         yield step, step_pairs(training, args.seed, step, args.pairs_per_step)
+
+
+def warmup_steps(args) -> int:
+    """The warmup every trainer of the run takes: --warmup-steps, or the train program's derived min(steps/10, 400)."""
+    return args.warmup_steps or min(args.steps // 10, 400)
 
 
 def evaluates(args, step: int) -> bool:
@@ -66,7 +71,8 @@ def uform_run(args) -> dict:
         run_dir = Path(scratch) / "run"
         flags = ["--data", args.data, "--depth", str(args.depth), "--hidden", str(args.hidden),
                  "--steps", str(args.steps), "--pairs-per-step", str(args.pairs_per_step),
-                 "--eval-every", str(args.eval_every), "--save-every", "0", "--run-dir", str(run_dir)]
+                 "--eval-every", str(args.eval_every), "--warmup-steps", str(args.warmup_steps), "--save-every", "0",
+                 "--run-dir", str(run_dir)]
         start = time.perf_counter()
         train(flags)
         seconds = time.perf_counter() - start
@@ -91,7 +97,7 @@ def peer_run(args) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     peer = PairTrainer(torch, TowerShape(depth=args.depth, width=args.hidden, max_bytes=128, patch_side=patch,
                                          max_patches=128), query, steps=args.steps, learning_rate=1e-3,
-                       device=device)
+                       warmup=warmup_steps(args), device=device)
     curve = {}
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -253,6 +259,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     options.add_argument("--depth", type=int, default=4)
     options.add_argument("--hidden", type=int, default=256)
     options.add_argument("--eval-every", type=int, default=250)
+    options.add_argument("--warmup-steps", type=int, default=0, help="every trainer's warmup (0: min(steps/10, 400))")
     options.add_argument("--trainers", default="uform,clip_torch",
                          help="which to run, comma-separated: uform, clip_torch, sentence_transformers and "
                               "sentence_transformers_siglip (text), open_clip (images)")
@@ -274,8 +281,8 @@ RUNNERS = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": 
 def run(args, name: str) -> dict:
     """Trainer `name`'s row: its run, the settings and its final and best recall@1."""
     row = RUNNERS[name](args)
-    row.update(data=args.data, steps=args.steps, pairs_per_step=args.pairs_per_step, depth=args.depth,
-               hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
+    row.update(data=args.data, steps=args.steps, warmup_steps=warmup_steps(args),
+               pairs_per_step=args.pairs_per_step, depth=args.depth, hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
     return row
 
 

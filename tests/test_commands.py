@@ -69,6 +69,17 @@ def test_train_job_writes_its_run_directory(trained):
     assert uform.Encoder.load(run / "model.safetensors", "cpu").steps == 4
 
 
+def test_train_warmup_steps_set_the_warmup(tmp_path):
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    with pytest.raises(SystemExit) as exit:
+        uform_main(["train", "--pairs", str(pairs), "--steps", "4", "--pairs-per-step", "4", "--held-out", "0",
+                    "--warmup-steps", "3", "--save-every", "0", "--run-dir", str(tmp_path / "run"), *TINY])
+    assert exit.value.code == 0
+    rates = [float(row["learning_rate"]) for row in csv.DictReader(open(tmp_path / "run" / "metrics.csv"))]
+    assert rates[:3] == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3], rel=1e-6) and rates[3] < 1e-3
+    assert "warmup-steps = 3" in (tmp_path / "run" / "config.toml").read_text()
+
+
 def test_embed_a_jsonl_file(trained, capsys):
     items = trained / "items.jsonl"
     items.write_text('{"text": "what does function number 3 do"}\n"def function_3(x, y=3)"\n\n{"text": "hi"}\n')

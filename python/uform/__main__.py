@@ -245,6 +245,25 @@ def gradient_clip_norm(args, job: Job) -> float:
     return 0.0 if job.query_modality == uform.Modality.TEXT else 1.0
 
 
+def job_trainer(args, job: Job, executor, resume_from=None) -> uform.Trainer:
+    """The trainer the flags describe for the job: a row per pair and two items, SigLIP over every pair of the
+    step's items (same-document pairs ignored), and half of a media query's tokens hidden under JOINT."""
+    columns = args.columns or (160 if job.audio else 128)
+    items = 2 * args.pairs_per_step
+    return uform.Trainer.init_vram(
+        executor, resume=resume_from, depth=args.depth, hidden=args.hidden,
+        objective=uform.Objective[args.objective.upper()],
+        batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
+                               max_columns_per_row=columns, image=job.image, audio=job.audio),
+        masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio)
+        if job.query_modality != uform.Modality.TEXT else None,
+        contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
+                                      max_edges_per_device=items * items),
+        schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
+                                gradient_clip_norm=args.gradient_clip_norm), seed=args.seed,
+        numerics=args.numerics)
+
+
 def train_parser() -> Parser:
     parser = Parser(prog="python -m uform train", description=TRAIN_DESCRIPTION)
     data = parser.add_argument_group("data")
@@ -266,6 +285,8 @@ def train_parser() -> Parser:
     model.add_argument("--pairs-per-step", type=positive_int, default=128, metavar="N", help="pairs each step draws")
     model.add_argument("--learning-rate", type=positive_float, default=1e-3, metavar="LR",
                        help="peak learning rate (warmup, then cosine)")
+    model.add_argument("--warmup-steps", type=non_negative_int, default=0, metavar="N",
+                       help="steps of the linear warmup to the peak (0: a tenth of --steps, at most 400)")
     model.add_argument("--objective", choices=("joint", "contrastive"),
                        help="joint: the contrastive and masked terms on one masked forward; contrastive: nothing "
                             "hidden (default: joint for text queries, contrastive for images and sounds)")
@@ -299,21 +320,8 @@ def train(argv: list[str]) -> int:
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
     executor = device_executor(args)
     resume_from = newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None
-    columns = args.columns or (160 if job.audio else 128)
-    items = 2 * args.pairs_per_step
     try:
-        trainer = uform.Trainer.init_vram(
-            executor, resume=resume_from, depth=args.depth, hidden=args.hidden,
-            objective=uform.Objective[args.objective.upper()],
-            batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
-                                   max_columns_per_row=columns, image=job.image, audio=job.audio),
-            masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio)
-            if job.query_modality != uform.Modality.TEXT else None,
-            contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
-                                          max_edges_per_device=items * items),
-            schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate,
-                                    gradient_clip_norm=args.gradient_clip_norm), seed=args.seed,
-            numerics=args.numerics)
+        trainer = job_trainer(args, job, executor, resume_from)
     except uform.UFormError as error:
         raise UsageError(error.message) from None
     start = trainer.completed_steps
