@@ -23,7 +23,7 @@ from uform.lm import LanguageModelConfig, LanguageModelTrainer, state_sha256
 from uform.nn.cache import GEOMETRIES_KEPT
 from uform.nn.resident import GUARD_COLUMNS, ResidentState
 from uform.training import checkpoint
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 TEXTS = ["a small red panda", "red pandas eat bamboo shoots", "the capital of france", "paris is in france"]
 PAIRS = uform.Relations(attract=(np.arange(5), [1, 0, 3, 2]))

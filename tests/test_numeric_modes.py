@@ -9,7 +9,7 @@ import pytest
 
 import uform
 from uform.lm import LanguageModelConfig, LanguageModelTrainer
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 TEXTS = ["a small red panda", "red pandas eat bamboo", "the capital of france", "paris is in france"]
 SHAPE = LanguageModelConfig(batch=2, length=16, width=32, heads=4, kv_heads=2, mlp=64, layers=2)

@@ -24,6 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from ._loader import load_engine
+from .errors import ErrorCode, UFormRuntimeError
 
 _engine, ENGINE_VARIANT = load_engine()
 _libc = ctypes.CDLL(None)
@@ -50,8 +51,6 @@ class Device:
         try:
             self._handle.open(int(ordinal))
         except Exception as error:  # the engine raises a plain Exception with its message
-            from .training.errors import ErrorCode, UFormRuntimeError  # the training package imports this module
-
             raise UFormRuntimeError(ErrorCode.UNSUPPORTED, f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: "
                                     f"{error}") from None
         self.ordinal = int(ordinal)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from . import _loader
+from . import _loader, errors
 from .engine import ENGINE_VARIANT, Device, gpu_count
 
 NUMERIC_MODES = ("identical", "fast")
@@ -27,9 +27,7 @@ _default_executor: Executor | None = None
 
 def _refused(message: str, code: str = "INVALID_ARGUMENT", kind: str = "UFormValueError"):
     """A refused request: a UFormError that is also the ValueError (or, with `kind`, RuntimeError) callers
-    catch. Imported here, not at the top: the training package imports this module."""
-    from .training import errors
-
+    catch."""
     return getattr(errors, kind)(errors.ErrorCode[code], message)
 
 

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from .training.errors import ErrorCode, UFormOSError
+from .errors import ErrorCode, UFormOSError
 
 
 def float32_le_bytes(array: np.ndarray) -> memoryview:

@@ -28,7 +28,7 @@ from .training import checkpoint
 from .training.config import (AudioShape, BatchShape, Choices, Contrastive, ImageShape, LateInteraction, Masking,
                               Schedule, VideoShape)
 from .training.enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm
-from .training.errors import ErrorCode, UFormError
+from .errors import ErrorCode, UFormError
 from .training.tapes import RowsTape
 from .training.trainer import Trainer
 

@@ -11,7 +11,7 @@ import soxr
 
 from uform.media import DecodePool, audio, mask_patches, masked_count, sounds
 from uform.training.config import AudioShape
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 RATE = 48000
 FORMATS = {  # name: soundfile's (format, subtype) for the file written

@@ -8,7 +8,7 @@ from media_files import encode_image, encode_video, moving_frames, png_header
 from PIL import Image, ImageOps
 
 from uform.media import decode_image, sniff_format
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 RNG = np.random.default_rng(0)
 RGB = RNG.integers(0, 256, (21, 34, 3), dtype=np.uint8)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from uform.media import batch_patches, image_patches, mask_patches, masked_count, video_tubes
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 
 @pytest.mark.parametrize("patches, ratio, expected", [

@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from uform.media import fitted_size, image_patches, video_tubes
-from uform.training.errors import UFormError
+from uform.errors import UFormError
 
 RNG = np.random.default_rng(2)
 

@@ -12,7 +12,7 @@ from media_files import encode_image, moving_frames
 
 from uform.media import DecodePool, decode_image, prepare_image
 from uform.training.config import ImageShape
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 
 def slow_echo(content, item):
@@ -119,7 +119,7 @@ def test_a_refusal_pickles_with_its_code_and_message_whatever_its_class():
     import pickle
 
     from uform.pairs.jsonl import PairFormatError
-    from uform.training.errors import UFormOSError
+    from uform.errors import UFormOSError
 
     for error in (UFormError(ErrorCode.CORRUPTED, "a"), UFormOSError(ErrorCode.INVALID_ARGUMENT, "b"),
                   PairFormatError("line 3: c")):

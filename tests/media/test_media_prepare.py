@@ -6,7 +6,7 @@ from media_files import encode_image, moving_frames
 
 from uform.media import decode_image, decode_video, image_patches, prepare_image, prepare_video, video_tubes
 from uform.training.config import ImageShape, VideoShape
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 PNG = encode_image(moving_frames(1, 20, 30)[0], "PNG")
 

@@ -8,7 +8,7 @@ import pytest
 from media_files import encode_image, encode_video, moving_frames, pyav_frames
 
 from uform.media import decode_video, sniff_format
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 
 @pytest.mark.parametrize("name", ["mp4-h264", "mp4-mpeg4", "webm-vp8"])

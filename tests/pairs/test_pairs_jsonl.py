@@ -5,7 +5,7 @@ import json
 import pytest
 
 from uform.pairs import Pair, PairFormatError, read_pairs, write_pairs
-from uform.training.errors import ErrorCode, UFormError
+from uform.errors import ErrorCode, UFormError
 
 
 def _file(tmp_path, text, name="pairs.jsonl"):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..training.errors import UFormError
+from ..errors import UFormError
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                     checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,

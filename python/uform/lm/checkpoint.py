@@ -40,7 +40,7 @@ import numpy as np
 from ..executor import NUMERIC_MODES
 from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_LEARNING_RATE, MAX_STEPS, MIN_EPS, STATE_ARRAYS, HostState
-from ..training.errors import ErrorCode, UFormError, UFormOSError, type_error, value_error
+from ..errors import ErrorCode, UFormError, UFormOSError, type_error, value_error
 from .config import LanguageModelConfig, parameter_registry
 
 FORMAT = "uform.lm/1"

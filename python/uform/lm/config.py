@@ -29,7 +29,7 @@ import numpy as np
 
 from ..nn.resident import named_tensors, registry_size, tensor_registry
 from ..nn.transformer import StackGeometry
-from ..training.errors import type_error, value_error
+from ..errors import type_error, value_error
 
 _INT_FIELDS = ("batch", "length", "width", "heads", "kv_heads", "mlp", "vocab_size", "layers")
 _FLOAT_FIELDS = ("rope_base", "norm_eps")

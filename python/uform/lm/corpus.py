@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..training.errors import type_error, value_error
+from ..errors import type_error, value_error
 
 N_VOCAB = 256
 SCHEDULE_FORMAT = "uform.lm.corpus/1"

@@ -28,7 +28,7 @@ from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
 from ..nn.tokens import CrossEntropyHead, TokenInputs
 from ..nn.transformer import TransformerStack, layer_tensors
-from ..training.errors import value_error
+from ..errors import value_error
 from .config import LanguageModelConfig, parameter_registry
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from .. import engine
 from ..executor import default_executor, executor_from, numeric_mode, run_numerics
 from ..nn.resident import AdamW, HostState, applied_whole
-from ..training.errors import ErrorCode, UFormRuntimeError, type_error, value_error
+from ..errors import ErrorCode, UFormRuntimeError, type_error, value_error
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .model import DeviceModel, step_plans

@@ -25,7 +25,7 @@ item into :class:`AudioFrames` for a run's :class:`~uform.training.config.AudioS
    variance over its ``chunk_samples`` samples, computed in float64 and rounded
    once to float32. Positions are the frame indices 0, 1, ... as int32.
 
-Refused with :class:`~uform.training.errors.UFormError`, the message naming the item
+Refused with :class:`~uform.errors.UFormError`, the message naming the item
 index and the problem:
 
 - ``INVALID_ARGUMENT``, for all of: content that is neither bytes nor an
@@ -63,7 +63,7 @@ import soundfile
 import soxr
 
 from ..training.config import AudioShape
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .items import item_error, normalised_targets
 
 RESAMPLE_QUALITY = "HQ"

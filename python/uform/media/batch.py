@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .masking import mask_patches
 from .patches import Patches
 

@@ -31,7 +31,7 @@ def _digits():
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        from ..training.errors import ErrorCode, UFormError
+        from ..errors import ErrorCode, UFormError
 
         raise UFormError(ErrorCode.UNSUPPORTED, "the digits data set needs scikit-learn "
                                                 "(pip install scikit-learn)") from None

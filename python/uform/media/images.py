@@ -33,7 +33,7 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .formats import IMAGE_FORMATS
 from .items import encoded_format, item_error, uint8_array
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .formats import describe_format, sniff_format
 
 

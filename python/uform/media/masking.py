@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from ..training.masking import corruption_generator
 
 

@@ -57,7 +57,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 from PIL import Image
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .items import normalised_targets
 
 RESAMPLING = Image.Resampling.BICUBIC

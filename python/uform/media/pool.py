@@ -40,7 +40,7 @@ import threading
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .items import item_error
 
 T = TypeVar("T")

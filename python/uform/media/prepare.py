@@ -14,7 +14,7 @@ an item of it is refused, naming the item.
 from __future__ import annotations
 
 from ..training.config import ImageShape, VideoShape
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .images import decode_image
 from .items import item_error
 from .patches import Patches, frames_kept, image_patches, video_tubes

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 NOTE_NAMES = ("C", "C sharp", "D", "E flat", "E", "F", "F sharp", "G", "A flat", "A", "B flat", "B")
 """The 12 pitch classes as captions spell them, from C."""

@@ -22,7 +22,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-029", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-scotland")
 """eSpeak NG's own English voices (no MBROLA voices, which need another package)."""

@@ -46,7 +46,7 @@ import io
 import av
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .formats import VIDEO_FORMATS
 from .items import encoded_format, item_error, uint8_array
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .collectives import Collectives
 
 

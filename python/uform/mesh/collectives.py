@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormRuntimeError
+from ..errors import ErrorCode, UFormRuntimeError
 
 
 def peer_lost(message: str) -> UFormRuntimeError:

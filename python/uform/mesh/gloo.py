@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ..training.errors import ErrorCode, UFormRuntimeError
+from ..errors import ErrorCode, UFormRuntimeError
 from .collectives import Collectives, peer_lost
 
 

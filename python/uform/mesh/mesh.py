@@ -18,7 +18,7 @@ import os
 
 from ..engine import ENGINE_VARIANT
 from ..executor import Executor
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .agreement import agree
 from .collectives import Alone, Collectives
 from .description import GPU_CLASS_OF_VARIANT, GPUClass, MeshDescription, MultimemTier

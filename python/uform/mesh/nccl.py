@@ -36,7 +36,7 @@ import numpy as np
 from .._loader import nvidia_wheel_library
 from ..engine import Buffer, Device
 from ..files import write_atomically
-from ..training.errors import ErrorCode, UFormError, UFormRuntimeError, UFormValueError
+from ..errors import ErrorCode, UFormError, UFormRuntimeError, UFormValueError
 from .collectives import Collectives, peer_lost
 from .options import shown
 

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 """A rendezvous or collective waits this long for its peers unless ``timeout_seconds`` says otherwise: room for

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 
 from ..files import write_atomically
-from ..training.errors import ErrorCode, UFormError, UFormOSError
+from ..errors import ErrorCode, UFormError, UFormOSError
 from .agreement import differences
 from .collectives import peer_lost
 from .options import MeshOptions, shown

@@ -38,7 +38,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..training.errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 __all__ = ["Pair", "PairFormatError", "read_pairs", "write_pairs"]
 

@@ -34,7 +34,7 @@ def name_pairs() -> list[Pair]:
     try:
         import pycountry
     except ImportError:
-        from ..training.errors import ErrorCode, UFormError
+        from ..errors import ErrorCode, UFormError
 
         raise UFormError(ErrorCode.UNSUPPORTED, "the names data set needs pycountry (pip install pycountry)") from None
     base = pycountry.LOCALES_DIR

@@ -20,7 +20,7 @@ from .arena import Arena
 from .config import (AudioShape, BatchShape, Choices, Contrastive, DerivedRun, ImageShape, LateInteraction, Masking,
                      Schedule, VideoShape, validate_run)
 from .enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .late_interaction import maxsim
 from .masking import corrupt
 from .packing import Packed, pack_items

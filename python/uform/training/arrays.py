@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 
 def as_unsigned(name: str, value, dtype: type) -> np.ndarray:

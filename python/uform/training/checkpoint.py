@@ -42,7 +42,7 @@ from safetensors.numpy import save
 from ..executor import NUMERIC_MODES
 from ..files import float32_le_bytes, write_atomically
 from ..nn.resident import MAX_STEPS, STATE_ARRAYS, HostState, named_tensors, registry_size
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 FORMAT = "uform.trainer/2"
 METADATA = ("format", "step", "seed", "run", "sha256", "metadata_sha256")

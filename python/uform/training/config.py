@@ -53,7 +53,7 @@ import numpy as np
 
 from ..nn.resident import MAX_LEARNING_RATE
 from .enums import Negatives, Objective, PairLossForm
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 MAX_MATRYOSHKA_DIMENSIONS = 8
 """Matryoshka prefix widths a run scores at most."""

@@ -17,7 +17,7 @@ import numpy as np
 from .arrays import group_entries
 from .config import LateInteraction
 from .enums import LateInteractionSide
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .packing import Packed
 
 QUERY_BIT = LateInteractionSide.QUERY.value          # a side's bit 0: its tokens query

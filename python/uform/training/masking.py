@@ -57,7 +57,7 @@ import numpy as np
 
 from .arrays import group_entries
 from .config import Masking
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .packing import Packed
 from .philox import below, stream_words, uniforms
 from .vocabulary import BYTE_COUNT, IGNORED_TARGET, MASK

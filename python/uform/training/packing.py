@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from .arrays import group_entries
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .vocabulary import PAD
 
 

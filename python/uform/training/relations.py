@@ -28,7 +28,7 @@ import numpy as np
 
 from .arrays import as_float32, as_unsigned, first_not_finite_non_negative
 from .enums import Negatives
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 EDGE_SETS = ("attract", "repel", "ignore")
 """The edge sets of :class:`Relations`, in field order."""

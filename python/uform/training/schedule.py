@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import Schedule
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 
 def learning_rate(schedule: Schedule, step):

@@ -32,7 +32,7 @@ import numpy as np
 
 from .arrays import first_not_finite_non_negative, per_item
 from .enums import LateInteractionSide, Modality, Scalar
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .relations import Relations, check_relations, edge_owners
 from .tapes import as_float_entries, as_text, as_texts, entries, tape_entries
 

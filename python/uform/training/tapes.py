@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import as_float32, as_unsigned
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 
 
 def _is_tape(value) -> bool:

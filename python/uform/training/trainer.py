@@ -32,36 +32,32 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from .. import kernels as K
 from ..kernels import EngineError
 from ..executor import Executor, numeric_mode, run_numerics
 from ..mesh import Mesh
 from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
+from .batch import step_batch
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
 from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, finish_phases, initial_parameters
-from .enums import LateInteractionSide, Modality, Objective, PairLossForm, Scalar
-from .errors import ErrorCode, UFormError, UFormRuntimeError
-from .masking import corrupt
+from .enums import LateInteractionSide, Modality, Objective, Scalar
+from ..errors import ErrorCode, UFormError, UFormRuntimeError
 from ..media.pool import shared_pool
-from .media_step import (KIND_OF, MEDIA_KINDS, POSITION_AXES, PendingMedia, PreparedMedia, media_geometry,
-                         media_tokens, place_media, submit_items)
-from .choices import choice_batch, choice_state
-from .late_interaction import QUERY_BIT, late_batch, late_targets, side_rows
-from .packing import Packed, pack_items
-from .relations import Relations, pair_targets
+from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia, media_geometry, submit_items
+from .late_interaction import side_rows
+from .packing import Packed
+from .relations import Relations
 from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape, entries
-from .vocabulary import IGNORED_TARGET
 from .world import (GradientReducer, World, check_world, concatenate_inputs, device_batch, gather_inputs,
                     world_masked_loss, world_pooled, world_run)
 
@@ -552,71 +548,9 @@ class Trainer:
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
                    decoded: PendingMedia | PreparedMedia | None = None, train_choices: bool | None = None,
-                   devices: int = 1):
-        """Decode media (unless `decoded` holds them already), pack, corrupt (unless not `corrupted`) and resolve
-        one step's items on the host: (StepBatch, Packed). `train_choices`: whether the items offering choices
-        are states to choose after (default: when the run trains choices); a step's choices carry their
-        targets. `devices`: the world's devices, whose rows are packed as one grid of blocks."""
-        run = self._run
-        shape = run.batch
-        columns = shape.max_columns_per_row
-        if decoded is None:
-            decoded = submit_items(inputs.modalities, inputs.contents, shape, shared_pool())
-        media_items = decoded.result()
-        train_choices = run.choices.weight > 0 if train_choices is None else train_choices
-        choosing_items = np.diff(inputs.choice_offsets.astype(np.int64)) > 0 if train_choices else \
-            np.zeros(len(inputs.contents), bool)
-        contents, cut = [], 0
-        for i, content in enumerate(inputs.contents):
-            if i in media_items:
-                content = media_tokens(media_items[i], KIND_OF[Modality(int(inputs.modalities[i]))])
-            elif choosing_items[i]:
-                content, was_cut = choice_state(content, columns)
-                cut += was_cut
-            contents.append(content)
-        packed = pack_items(contents, inputs.bags if bags_given else None, shape.max_rows_per_device * devices,
-                            columns, shape.max_segments_per_device * devices, shape.max_bags_per_device * devices,
-                            block_rows=shape.max_rows_per_device)
-        masking = run.masking if corrupted and run.objective != Objective.CONTRASTIVE else None
-        items = packed.item_of_segment
-        if masking is None:
-            tokens, targets = packed.tokens.copy(), np.full(packed.tokens.shape, IGNORED_TARGET, np.int32)
-        else:
-            text_segments = (inputs.modalities[items] == Modality.TEXT) & ~choosing_items[items]
-            tokens, targets = corrupt(packed, masking, self._seed, step, text_segments=text_segments)
-        positions = np.repeat(packed.positions[..., None], POSITION_AXES, -1)
-        media = None
-        if media_items:
-            media = place_media(packed, tokens.reshape(-1), positions.reshape(-1, POSITION_AXES),
-                                inputs.modalities, media_items, masking, self._seed, step)
-        sign, weight = pair_targets(inputs.relations, len(inputs.contents), run.contrastive.negatives,
-                                    run.contrastive.ambient_repulsion_weight)
-        sign, weight = sign[np.ix_(items, items)], weight[np.ix_(items, items)].astype(np.float64)
-        form, folded, ranked_norm = fold_normalisation(run.contrastive.pair_loss, sign, weight)
-        late = None
-        if run.late_interaction.weight > 0:
-            late_sign, late_weight = late_targets(sign, weight, inputs.sides[items])
-            late_form, late_folded, late_norm = fold_normalisation(
-                run.late_interaction.pair_loss, late_sign, late_weight,
-                anchors=int(np.count_nonzero(inputs.sides[items] & QUERY_BIT)))
-            late = late_batch(packed, inputs.sides, run.late_interaction, late_sign.astype(np.float32),
-                              late_folded, late_form, late_norm)
-        choices = choice_batch(packed, choosing_items, inputs.choice_offsets, inputs.choice_bytes,
-                               inputs.choice_targets if inputs.choice_targets.size else None,
-                               shape.max_segments_per_device) if choosing_items.any() else None
-        pooled_lengths, pooled_segments = packed.segment_length, None
-        if media is not None and media.hidden_of_segment.any():  # a media segment pools its shown tokens alone
-            pooled_lengths = packed.segment_length - media.hidden_of_segment
-            pooled_segments = packed.segment_ids.copy()
-            pooled_segments.reshape(-1)[media.hidden_tokens] = -1
-        batch = StepBatch(
-            tokens=tokens, targets=targets, positions=positions, token_segments=packed.segment_ids,
-            segment_starts=(packed.segment_row * columns + packed.segment_start).astype(np.int32),
-            segment_lengths=pooled_lengths.astype(np.int32), pooled_segments=pooled_segments,
-            groups=inputs.temperature_groups[items].astype(np.int32), sign=sign.astype(np.float32),
-            weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)),
-            media=media, late=late, choices=choices)
-        return batch, replace(packed, truncated=packed.truncated + cut) if cut else packed
+                   devices: int = 1) -> tuple[StepBatch, Packed]:
+        """``uform.training.batch.step_batch`` for this trainer's run and seed."""
+        return step_batch(self._run, self._seed, inputs, bags_given, step, corrupted, decoded, train_choices, devices)
 
     # ---- save ----------------------------------------------------------------------------------------------------
 
@@ -656,26 +590,6 @@ def ready(prepared: Future | None, step: int) -> PreparedStep | None:
         return None
     found = prepared.result()
     return found if found.step == step else None
-
-
-def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,
-                       anchors: int | None = None) -> tuple[int, np.ndarray, float]:
-    """Each form's normalisation (docs/encoder.md) folded into float32 pair weights, on the host in float64:
-    SIGMOID w/A (A the anchors: every segment for the pooled term, the queries for late interaction);
-    BALANCED w/Σw of its half; RANKED keeps w and answers 1/Σ_i (Σ_p w)(Σ_n w)."""
-    count = sign.shape[0] if anchors is None else anchors
-    attract, repel = sign > 0, sign < 0
-    if form == PairLossForm.RANKED:
-        pairs = float(np.sum(np.where(attract, weight, 0).sum(1) * np.where(repel, weight, 0).sum(1)))
-        return K.FORM_RANKED, weight.astype(np.float32), 1.0 / pairs if pairs > 0 else 0.0
-    if form == PairLossForm.BALANCED:
-        folded = np.zeros_like(weight)
-        for half in (attract, repel):
-            total = weight[half].sum()
-            if total > 0:
-                folded[half] = weight[half] / total
-        return K.FORM_WEIGHTED_SIGMOID, folded.astype(np.float32), 0.0
-    return K.FORM_WEIGHTED_SIGMOID, (weight / max(count, 1)).astype(np.float32), 0.0
 
 
 class On:

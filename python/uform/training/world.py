@@ -36,7 +36,7 @@ from ..mesh.collectives import Collectives
 from ..nn.transformer import StackGeometry, world_block_rows
 from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
 from .enums import Modality
-from .errors import ErrorCode, UFormError
+from ..errors import ErrorCode, UFormError
 from .relations import EDGE_SETS, Edges, Relations
 from .step_inputs import StepInputs
 

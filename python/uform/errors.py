@@ -1,12 +1,11 @@
-"""The one exception the training API raises, and the codes that classify it.
+"""The one exception uform raises for a refused call, and the codes that classify it.
 
-The C library reports failures as a ``uform_status_t`` code plus a message; the
-Python binding raises :class:`UFormError` carrying the same two things. The
-message always names what is at fault -- a config field
-(``"contrastive.matryoshka_dimensions: ..."``), a per-item array and the item
-(``"bags: 5 entries for 4 items"``), or an edge set and the item that lists the
-bad edge (``"relations.attract: item 3 ..."``) -- so a caller can fix the input
-without reading the library.
+Every package of uform raises :class:`UFormError` (or a subclass that is also the built-in type a caller
+catches: ``ValueError``, ``TypeError``, ``RuntimeError``, ``OSError``), carrying a code and a message. The
+message always names what is at fault -- a config field (``"contrastive.matryoshka_dimensions: ..."``), a
+per-item array and the item (``"bags: 5 entries for 4 items"``), or an edge set and the item that lists the
+bad edge (``"relations.attract: item 3 ..."``) -- so a caller can fix the input without reading the library.
+It lives at the package's root because every layer raises it, the engine's gateway included.
 
 The numeric values are this package's own (zero is left for "no error"); code
 compares against the names, never the numbers.
