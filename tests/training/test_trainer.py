@@ -281,7 +281,7 @@ def test_deferred_steps_that_fail_before_their_batch_leave_nothing_queued(monkey
     handles = [receiver.step([uform.Modality.TEXT] * 8, TEXTS) for _ in range(2)]
     assert [handle.wait(60) for handle in handles] == [True, True]
     assert all(handle.exception().code == uform.ErrorCode.DEVICE_LOST for handle in handles)
-    assert not trainer._preparations and trainer._in_flight == 0
+    assert not trainer._prefetch.queue and trainer._prefetch.in_flight == 0
 
 
 def test_gradient_clipping_scales_the_update_as_clip_grad_norm_does():

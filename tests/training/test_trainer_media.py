@@ -185,7 +185,7 @@ def test_deferred_steps_decode_ahead_and_end_as_blocking_steps_do(files):
     for _ in range(3):
         blocking.step(modalities, contents, relations=relations)
     receiver = deferred.deferred(deferred._executor)
-    _, _, pending = deferred._decode_ahead(modalities, contents)
+    _, _, pending = deferred._prefetch.decode(modalities, contents)
     assert sorted(pending.result()) == [i for i, m in enumerate(modalities) if m != M.TEXT]
     calls = [receiver.step(modalities, contents, relations=relations) for _ in range(3)]
     for call in calls:

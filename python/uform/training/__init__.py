@@ -29,7 +29,8 @@ from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_step_inputs
 from .tapes import RowsTape
-from .trainer import Deferred, DeferredOn, On, Trainer
+from .deferred import Deferred, DeferredOn, On
+from .trainer import Trainer
 from .vocabulary import MASK, PAD, VOCABULARY_SIZE
 
 __all__ = [

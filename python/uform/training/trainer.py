@@ -30,53 +30,33 @@ import contextlib
 import json
 import os
 import threading
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from ..kernels import EngineError
+from ..errors import ErrorCode, UFormError, UFormRuntimeError
 from ..executor import Executor, numeric_mode, run_numerics
+from ..kernels import EngineError
+from ..media.pool import shared_pool
 from ..mesh import Mesh
 from ..nn.resident import HostState, applied_whole, named_tensors
 from . import checkpoint
 from .arena import Arena
 from .batch import step_batch
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
+from .deferred import DeferredOn, On, Prefetch, ready
 from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, finish_phases, initial_parameters
 from .enums import LateInteractionSide, Modality, Objective, Scalar
-from ..errors import ErrorCode, UFormError, UFormRuntimeError
-from ..media.pool import shared_pool
-from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia, media_geometry, submit_items
 from .late_interaction import side_rows
+from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia, media_geometry, submit_items
 from .packing import Packed
 from .relations import Relations
 from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
-from .tapes import RowsTape, entries
+from .tapes import RowsTape
 from .world import (GradientReducer, World, check_world, concatenate_inputs, device_batch, gather_inputs,
                     world_masked_loss, world_pooled, world_run)
-
-
-DECODE_AHEAD = 2
-"""Deferred steps whose media items decode (and whose batches are prepared) before they run, at most: a bound on
-the decoded items and batches held."""
-
-
-@dataclass
-class PreparedStep:
-    """A deferred step's host work done before it runs (``Trainer._prepare_ahead``): its checked inputs and its
-    packed, corrupted batch, for the step number it assumed (corruption is keyed by it)."""
-
-    step: int
-    inputs: StepInputs
-    batch: StepBatch
-    packed: Packed
-
 
 class Trainer:
     """A training run on the device of the executor it was created on."""
@@ -96,11 +76,7 @@ class Trainer:
         self._lock = threading.Lock()
         self._lost = False
         self._worker: ThreadPoolExecutor | None = None
-        self._decoding_ahead = threading.BoundedSemaphore(DECODE_AHEAD)  # deferred steps decoding early
-        self._preparations: deque[tuple[Future, Callable[[], None]]] = deque()  # deferred steps' batches to pack
-        # ahead, in order: each step's future batch and the call that packs it
-        self._in_flight = 0  # deferred steps submitted and not finished: the steps a prepared batch assumes before it
-        self._in_flight_lock = threading.Lock()
+        self._prefetch = Prefetch(self)  # deferred steps' decoding and packing done ahead
 
     # ---- creation ------------------------------------------------------------------------------------
 
@@ -239,21 +215,6 @@ class Trainer:
 
     # ---- the step ---------------------------------------------------------------------------------------------
 
-    def _decode_ahead(self, modalities, contents) -> tuple:
-        """(modalities, contents, pending): a deferred step's inputs read once, as the step will take them
-        (so a generator is not used up, nor a list refilled meanwhile), with its media items' preparation
-        started on the pool; the inputs as given and None when they do not read as items (the step itself
-        then refuses them)."""
-        try:
-            items = entries("contents", contents)
-            modalities = modalities if isinstance(modalities, np.ndarray) else list(modalities)
-            kinds = np.asarray(modalities, dtype=np.int64).reshape(-1)
-        except Exception:
-            return modalities, contents, None
-        if kinds.size != len(items) or not np.all(np.isin(kinds, list(self._modalities_enabled()))):
-            return modalities, items, None
-        return kinds, items, submit_items(kinds, items, self._run.batch, shared_pool())
-
     def _checked_inputs(self, modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
                         choice_targets=None, relations: Relations | None = None, outputs_scalar: Scalar = Scalar.F32,
                         **_) -> StepInputs:
@@ -267,52 +228,6 @@ class Trainer:
             max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
             modalities_enabled=self._modalities_enabled())
 
-    def _prepare_ahead(self, modalities, contents, decoded: PendingMedia | None, options: dict) -> Future | None:
-        """A deferred step's host work (its inputs checked, packed, corrupted and resolved), queued to run while
-        earlier steps run on the device, assuming every step submitted before it succeeds; None in a mesh, whose
-        processes exchange their items when the step runs. A refusal there is left for the step to meet again, in
-        order. The queue runs on the thread that drives the device, once a step has queued its kernels and is about
-        to wait for them (``Device.before_waiting``), or when the step needs its batch first: a thread of its own
-        would take the GIL from the launching of kernels in the interpreter's 5 ms turns, starving the device."""
-        if self._world.collectives is not None:
-            return None
-        prepared = Future()
-
-        def prepare() -> None:
-            try:
-                inputs = self._checked_inputs(modalities, contents, **options)
-                batch, packed = self.step_batch(inputs, options.get("bags") is not None, assumed, decoded=decoded,
-                                                devices=self._world.size)
-            except Exception as refusal:  # the step meets it again when it runs
-                prepared.set_exception(refusal)
-            except BaseException as interruption:  # a Ctrl-C while packing: the step packs again, the Ctrl-C goes on
-                prepared.set_exception(interruption)
-                raise
-            else:
-                prepared.set_result(PreparedStep(assumed, inputs, batch, packed))
-
-        with self._in_flight_lock:
-            assumed = self._step + 1 + self._in_flight
-            self._in_flight += 1
-            self._preparations.append((prepared, prepare))
-        return prepared
-
-    def _prepare_queued(self, until: Future | None = None) -> None:
-        """Run the queued preparations in order: all of them, or until `until` is prepared."""
-        while until is None or not until.done():
-            with self._in_flight_lock:
-                if not self._preparations:
-                    return
-                _, prepare = self._preparations.popleft()
-            prepare()
-
-    def _deferred_step_done(self, prepared: Future) -> None:
-        """A deferred step has run (or failed before it needed its batch): its preparation leaves the queue if it
-        is still there, and the step no longer counts as in flight."""
-        with self._in_flight_lock:
-            self._preparations = deque(entry for entry in self._preparations if entry[0] is not prepared)
-            self._in_flight -= 1
-
     def step(self, modalities, contents, /, *, bags=None, temperature_groups=None, sides=None, choices=None,
              choice_targets=None, relations: Relations | None = None, arena: Arena | None = None,
              outputs_scalar: Scalar = Scalar.F32, stats: TrainerStepStats | None = None,
@@ -325,7 +240,7 @@ class Trainer:
                 stats.reset()
             run, world = self._run, self._world
             if _prepared is not None:
-                self._prepare_queued(until=_prepared)
+                self._prefetch.run_queued(until=_prepared)
             prepared = ready(_prepared, self._step + 1)
             try:
                 inputs = prepared.inputs if prepared is not None else self._checked_inputs(
@@ -413,7 +328,7 @@ class Trainer:
                               packed.segment_row // (rows * world.local), run.hidden)
         # The next deferred steps' batches are packed while this one runs: at the last device's first wait, once
         # every device's backward is queued.
-        self._executor.devices[-1].before_waiting = self._prepare_queued
+        self._executor.devices[-1].before_waiting = self._prefetch.run_queued
         masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
         return [finish_phases(phase, masked) for phase in phases][0]
 
@@ -470,7 +385,7 @@ class Trainer:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
-        self._preparations.clear()
+        self._prefetch.queue.clear()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
         """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
@@ -582,86 +497,3 @@ class Trainer:
                 raise UFormError(ErrorCode(outcome["code"]), f"save: host domain 0 could not write: "
                                                              f"{outcome['message']}")
             return outcome["written"]
-
-def ready(prepared: Future | None, step: int) -> PreparedStep | None:
-    """The batch prepared ahead for this step, or None: none was, its preparation raised (the step meets the
-    refusal itself), or it assumed another step number (an earlier step was refused)."""
-    if prepared is None or prepared.exception() is not None:
-        return None
-    found = prepared.result()
-    return found if found.step == step else None
-
-
-class On:
-    """The trainer's verbs, blocking."""
-
-    def __init__(self, trainer: Trainer):
-        self._trainer = trainer
-
-    def step(self, *args, **kwargs):
-        return self._trainer.step(*args, **kwargs)
-
-    def save(self, *args, **kwargs):
-        return self._trainer.save(*args, **kwargs)
-
-
-class Deferred:
-    """A submitted call: wait(), done(), result(), exception(), cancel()."""
-
-    def __init__(self, future: Future):
-        self._future = future
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the call is final (or `timeout` seconds pass); answers whether it is."""
-        try:
-            self._future.exception(timeout)
-        except FutureTimeout:
-            return False
-        return True
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    def result(self, timeout: float | None = None):
-        """The call's answer, raising what it raised."""
-        return self._future.result(timeout)
-
-    def exception(self, timeout: float | None = None):
-        return self._future.exception(timeout)
-
-    def cancel(self) -> bool:
-        """Withdraw the call if it has not started; answers whether it was withdrawn (it then never runs)."""
-        return self._future.cancel()
-
-
-class DeferredOn:
-    """The trainer's verbs, each submitted to the trainer's worker, answering a Deferred at once."""
-
-    def __init__(self, trainer: Trainer, worker: ThreadPoolExecutor):
-        self._trainer, self._worker = trainer, worker
-
-    def step(self, modalities, contents, /, **options) -> Deferred:
-        """Submits the step. Its media items start decoding at once, while earlier steps still run, when
-        fewer than DECODE_AHEAD submitted steps are decoding early; otherwise when the step runs."""
-        trainer = self._trainer
-        if not trainer._decoding_ahead.acquire(blocking=False):
-            return Deferred(self._worker.submit(trainer.step, modalities, contents, **options))
-        try:
-            modalities, contents, decoded = trainer._decode_ahead(modalities, contents)
-            prepared = trainer._prepare_ahead(modalities, contents, decoded, options)
-        except BaseException:
-            trainer._decoding_ahead.release()
-            raise
-
-        def run():
-            try:
-                return trainer.step(modalities, contents, _decoded=decoded, _prepared=prepared, **options)
-            finally:
-                if prepared is not None:
-                    trainer._deferred_step_done(prepared)
-                trainer._decoding_ahead.release()
-
-        return Deferred(self._worker.submit(run))
-
-    def save(self, *args, **kwargs) -> Deferred:
-        return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))
