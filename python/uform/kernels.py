@@ -81,6 +81,14 @@ class EngineError(RuntimeError):
     """A kernel the engine could not run: the device's state is unknown after it."""
 
 
+def loses_the_device(error: BaseException) -> bool:
+    """Whether an error raised by a call that works on a device leaves the device's state unknown: the one rule of
+    both trainers. The engine's own failures do (an EngineError, or the plain Exception its bindings raise); a
+    refusal, a failed allocation and an error of the caller's own (its generator's, say) happen before anything on
+    the device changes, and pass through."""
+    return isinstance(error, EngineError) or type(error) is Exception
+
+
 def _run(kernel: str, function, device, args) -> None:
     try:
         with device.lock:  # a plan recording on this device from another thread records its own launches alone

@@ -231,7 +231,7 @@ def test_lost_device_context_blocks_every_call_until_load_state_dict(monkeypatch
     from uform.lm.model import DeviceModel
 
     def broken(self, inputs):
-        raise RuntimeError("cpu: kernel gemm failed: simulated loss of the device context")
+        raise uform.kernels.EngineError("cpu: kernel gemm failed: simulated loss of the device context")
 
     monkeypatch.setattr(DeviceModel, "forward", broken)
     monkeypatch.setattr(uform.engine.Plan, "run", lambda plan: broken(plan, None))  # the step's replay

@@ -36,9 +36,10 @@ import threading
 import numpy as np
 
 from .. import engine
-from ..executor import default_executor, executor_from, numeric_mode, run_numerics
-from ..nn.resident import AdamW, HostState, applied_whole
 from ..errors import ErrorCode, UFormRuntimeError, type_error, value_error
+from ..executor import default_executor, executor_from, numeric_mode, run_numerics
+from ..kernels import loses_the_device
+from ..nn.resident import AdamW, HostState, applied_whole
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
 from .model import DeviceModel, step_plans
@@ -145,13 +146,14 @@ class LanguageModelTrainer:
         return self._model
 
     def _engine_call(self, call):
-        """Run device work; an engine error marks the context lost (the state on it is unknown). A refused
-        argument or a failed allocation happens before anything changes, and passes through."""
+        """Run device work; an engine error (``kernels.loses_the_device``) marks the context lost (the state on it
+        is unknown). A refused argument or a failed allocation happens before anything changes, and passes
+        through."""
         try:
             return call()
-        except (ValueError, TypeError, MemoryError):
-            raise
         except Exception as error:
+            if not loses_the_device(error):
+                raise
             self._lost = True
             self._model = None
             raise refused(f"{self._device.name}: device call failed, the session is lost: {error}",

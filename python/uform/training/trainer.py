@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import ErrorCode, UFormError, UFormRuntimeError
 from ..executor import Executor, numeric_mode, run_numerics
-from ..kernels import EngineError
+from ..kernels import loses_the_device
 from ..media.pool import shared_pool
 from ..mesh import Mesh
 from ..nn.resident import HostState, applied_whole, named_tensors
@@ -155,8 +155,8 @@ class Trainer:
             try:
                 yield
             except Exception as error:
-                if not isinstance(error, EngineError) and type(error) is not Exception:
-                    raise  # a refusal, a failed allocation, or an error of the caller's own inputs
+                if not loses_the_device(error):
+                    raise
                 self._lost = True
                 raise UFormRuntimeError(ErrorCode.DEVICE_LOST, f"{self._executor.devices[0].name}: the engine "
                                         f"failed, so the device state is unknown: {error}") from error
