@@ -45,7 +45,7 @@ from .arena import Arena
 from .batch import step_batch
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
 from .deferred import DeferredOn, On, Prefetch, ready
-from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, finish_phases, initial_parameters
+from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
 from .enums import LateInteractionSide, Modality, Objective, Scalar
 from .late_interaction import side_rows
 from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia, media_geometry, submit_items
@@ -55,8 +55,8 @@ from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape
-from .world import (GradientReducer, World, check_world, concatenate_inputs, device_batch, gather_inputs,
-                    world_masked_loss, world_pooled, world_run)
+from .world import (GradientReducer, World, check_world, concatenate_inputs, gather_inputs, on_host_domain_0,
+                    world_run, world_step)
 
 class Trainer:
     """A training run on the device of the executor it was created on."""
@@ -271,7 +271,8 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: no item to train on ({len(inputs.contents)} "
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
             want_pooled = arena is not None and run.objective != Objective.MASKED
-            losses = self._world_step(batch, packed, want_pooled)
+            losses = world_step(world, run, self._replicas, batch, packed, want_pooled=want_pooled,
+                                media_weights=self._media_weights(), before_waiting=self._prefetch.run_queued)
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
@@ -310,27 +311,6 @@ class Trainer:
             rows = np.zeros((len(inputs.contents), run.hidden), np.float32)
             rows[packed.item_of_segment] = losses.pooled
             return arena.land(rows[first_item:first_item + len(inputs_here.contents)], inputs_here.outputs_scalar)
-
-    def _world_step(self, batch, packed, want_pooled: bool):
-        """Forward, losses and backward of the world's packed batch on every device of this process, each over its
-        block of rows, the world's pooled states and masked loss exchanged between the phases
-        (``uform.training.world``); answers the losses (every device's are the same)."""
-        run, world = self._run, self._world
-        rows = run.batch.max_rows_per_device
-        alone = world.size == 1 and world.collectives is None
-        batches = [batch] if world.size == 1 else \
-            [device_batch(batch, packed, world.first + d, rows) for d in range(world.local)]
-        phases = [replica.step_phases(device_batch_, exchange=not alone, text_weight=run.masking.text_weight,
-                                      with_gradient=True, want_pooled=want_pooled, media_weights=self._media_weights(),
-                                      late_weight=run.late_interaction.weight, choices_weight=run.choices.weight)
-                  for replica, device_batch_ in zip(self._replicas, batches)]
-        pooled = world_pooled(world, [next(phase) for phase in phases], batches,
-                              packed.segment_row // (rows * world.local), run.hidden)
-        # The next deferred steps' batches are packed while this one runs: at the last device's first wait, once
-        # every device's backward is queued.
-        self._executor.devices[-1].before_waiting = self._prefetch.run_queued
-        masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
-        return [finish_phases(phase, masked) for phase in phases][0]
 
     def evaluate(self, modalities, contents, /, *, relations: Relations | None = None, temperature_groups=None,
                  sides=None, choices=None, choice_targets=None, corrupt_as_step: int | None = None) -> dict:
@@ -477,23 +457,12 @@ class Trainer:
         self._require_training("save")
         with self._device_call():
             world = self._world
-            answer, refusal = None, None
-            if world.rank == 0:
-                try:
-                    written = checkpoint.write(
-                        os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
-                        self._model.download_state(), step=self._step, seed=self._seed,
-                        run=checkpoint.run_json(world_run(self._run, world.size)), numerics=self._model.numerics,
-                        progress=progress, progress_steps=progress_steps)
-                    answer = json.dumps({"written": written})
-                except UFormError as error:
-                    answer, refusal = json.dumps({"code": int(error.code), "message": error.message}), error
-            if world.processes > 1:
-                answer = world.collectives.broadcast_bytes(answer.encode() if world.rank == 0 else None).decode()
-            if refusal is not None:
-                raise refusal
-            outcome = json.loads(answer)
-            if "code" in outcome:
-                raise UFormError(ErrorCode(outcome["code"]), f"save: host domain 0 could not write: "
-                                                             f"{outcome['message']}")
-            return outcome["written"]
+
+            def write() -> bool:
+                return checkpoint.write(
+                    os.fsencode(path) if isinstance(path, str) else path, self._model.registry,
+                    self._model.download_state(), step=self._step, seed=self._seed,
+                    run=checkpoint.run_json(world_run(self._run, world.size)), numerics=self._model.numerics,
+                    progress=progress, progress_steps=progress_steps)
+
+            return on_host_domain_0(world, write, "save")

@@ -34,7 +34,7 @@ from .. import kernels as K
 from ..mesh import Mesh
 from ..mesh.collectives import Collectives
 from ..nn.transformer import StackGeometry, world_block_rows
-from .encoder import LocalOutputs, StepBatch, WorldOutputs, masked_mean
+from .encoder import LocalOutputs, StepBatch, WorldOutputs, finish_phases, masked_mean
 from .enums import Modality
 from ..errors import ErrorCode, UFormError
 from .relations import EDGE_SETS, Edges, Relations
@@ -259,6 +259,47 @@ def world_masked_loss(world: World, losses: list[np.ndarray | None], covered: in
     if world.collectives is not None:
         stacked = world.collectives.all_gather(stacked)
     return masked_mean(list(stacked.reshape(-1, stacked.shape[-1])), covered)
+
+
+def world_step(world: World, run, replicas, batch: StepBatch, packed, *, want_pooled: bool,
+               media_weights: dict[str, float], before_waiting):
+    """Forward, losses and backward of the world's packed batch on every device of this process (`replicas`), each
+    over its block of rows, the world's pooled states and masked loss exchanged between the phases; answers the
+    losses (every device's are the same). `before_waiting` runs at the last device's first wait, once every
+    device's backward is queued: the trainer packs the next deferred steps' batches there, while this one runs."""
+    rows = run.batch.max_rows_per_device
+    alone = world.size == 1 and world.collectives is None
+    batches = [batch] if world.size == 1 else \
+        [device_batch(batch, packed, world.first + d, rows) for d in range(world.local)]
+    phases = [replica.step_phases(device_batch_, exchange=not alone, text_weight=run.masking.text_weight,
+                                  with_gradient=True, want_pooled=want_pooled, media_weights=media_weights,
+                                  late_weight=run.late_interaction.weight, choices_weight=run.choices.weight)
+              for replica, device_batch_ in zip(replicas, batches)]
+    pooled = world_pooled(world, [next(phase) for phase in phases], batches,
+                          packed.segment_row // (rows * world.local), run.hidden)
+    replicas[-1].device.before_waiting = before_waiting
+    masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
+    return [finish_phases(phase, masked) for phase in phases][0]
+
+
+def on_host_domain_0(world: World, write, verb: str):
+    """``write()`` on host domain 0 alone, its answer (or its refusal) broadcast to every process of a mesh: each
+    answers what it answered, or raises what it raised (``"{verb}: host domain 0 could not write: ..."`` on the
+    others)."""
+    answer, refusal = None, None
+    if world.rank == 0:
+        try:
+            answer = json.dumps({"written": write()})
+        except UFormError as error:
+            answer, refusal = json.dumps({"code": int(error.code), "message": error.message}), error
+    if world.processes > 1:
+        answer = world.collectives.broadcast_bytes(answer.encode() if world.rank == 0 else None).decode()
+    if refusal is not None:
+        raise refusal
+    outcome = json.loads(answer)
+    if "code" in outcome:
+        raise UFormError(ErrorCode(outcome["code"]), f"{verb}: host domain 0 could not write: {outcome['message']}")
+    return outcome["written"]
 
 
 class GradientReducer:
