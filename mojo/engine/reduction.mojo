@@ -106,15 +106,6 @@ def canonical_sum(p: F32Ptr, n: Int) -> Float32:
 
 
 @always_inline
-def canonical_dot(a: F32Ptr, b: F32Ptr, n: Int) -> Float32:
-    """Σ a[i]·b[i] in the canonical order (each product rounded, then added)."""
-    def value(i: Int) {imm a, imm b} -> Float32:
-        return a.unsafe_load(i) * b.unsafe_load(i)
-
-    return canonical_reduce(value, n)
-
-
-@always_inline
 def fma_dot[width: Int = 1, space: AddressSpace = AddressSpace.GENERIC](
     a: Pointer[Float32, MutUntrackedOrigin, address_space=space],
     b: Pointer[Float32, MutUntrackedOrigin, address_space=space],
