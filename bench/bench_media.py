@@ -31,7 +31,7 @@ from PIL import Image
 import uform
 from common import arguments, median_seconds, write_results
 from uform.media import DecodePool, shared_pool
-from uform.media.shapes import all_scenes, shape_pairs
+from uform.datasets.shapes import all_scenes, shape_pairs
 from uform.training.media_step import PreparedMedia, prepare_item, submit_items
 
 TRAINING = dict(depth=12, hidden=768, rows=64, columns=1024, side=224, patch=16, pairs=256)

@@ -26,8 +26,9 @@ from tqdm import tqdm
 import uform
 from uform.files import write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
-from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, mine_standard_library_pairs, name_pairs,
-                         pair_relations, read_pairs, retrieval_metrics, split_by_document, split_pairs)
+from uform.datasets import mine_standard_library_pairs, name_pairs
+from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, pair_relations, read_pairs, retrieval_metrics,
+                         split_by_document, split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                         check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
                         newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
@@ -129,7 +130,7 @@ def load_job(args) -> Job:
     if args.data == "names":
         return Job(first_examples(name_pairs(), args), uform.Modality.TEXT, split_by_document=True)
     if args.data == "digits":
-        from uform.media.digits import digit_pairs, digit_pixels, pixel_baseline
+        from uform.datasets.digits import digit_pairs, digit_pixels, pixel_baseline
 
         return Job(media_pairs(first_examples(digit_pairs(), args)), uform.Modality.IMAGE,
                    image=uform.ImageShape(patch_side=8),
@@ -137,19 +138,19 @@ def load_job(args) -> Job:
                        digit_pixels([p.query for p in training]), [p.document for p in training],
                        digit_pixels([p.query for p in held]), [p.document for p in held]))
     if args.data == "spoken":
-        from uform.media.spoken import HELD_OUT_VOICE, spoken_pairs
+        from uform.datasets.spoken import HELD_OUT_VOICE, spoken_pairs
 
         recordings = first_examples(spoken_pairs(), args)
         return Job(media_pairs((r.audio, r.caption) for r in recordings), uform.Modality.AUDIO,
                    audio=uform.AudioShape(chunk_samples=SOUND_CHUNK, sample_rate=SOUND_RATE),
                    apart=[r.voice == HELD_OUT_VOICE for r in recordings])
     if args.data == "shapes":
-        from uform.media.shapes import all_scenes, shape_pairs
+        from uform.datasets.shapes import all_scenes, shape_pairs
 
         pairs = shape_pairs(args.examples or len(all_scenes()), seed=args.seed)
         return Job(media_pairs(pairs), uform.Modality.IMAGE, image=uform.ImageShape(patch_side=8))
     if args.data == "sounds":
-        from uform.media.sounds import CAPTION_COUNT, sound_pairs
+        from uform.datasets.sounds import CAPTION_COUNT, sound_pairs
 
         pairs = sound_pairs(args.examples or CAPTION_COUNT, seed=args.seed, sample_rate=SOUND_RATE)
         return Job(media_pairs((pair.audio, pair.caption) for pair in pairs), uform.Modality.AUDIO,

@@ -9,7 +9,8 @@ import pytest
 import soundfile
 import soxr
 
-from uform.media import DecodePool, audio, mask_patches, masked_count, sounds
+from uform.datasets import sounds
+from uform.media import DecodePool, audio, mask_patches, masked_count
 from uform.training.config import AudioShape
 from uform.errors import ErrorCode, UFormError
 

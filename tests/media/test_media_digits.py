@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from uform.media.digits import CAPTIONS, digit_pairs, digit_pixels
+from uform.datasets.digits import CAPTIONS, digit_pairs, digit_pixels
 
 sklearn = pytest.importorskip("sklearn")
 

@@ -4,8 +4,9 @@ import io
 
 from PIL import Image
 
-from uform.media import all_scenes, decode_image, shape_pairs
-from uform.media.shapes import COLOURS, PLACES, ShapeScene
+from uform.datasets import all_scenes, shape_pairs
+from uform.media import decode_image
+from uform.datasets.shapes import COLOURS, PLACES, ShapeScene
 
 
 def test_the_same_seed_gives_the_same_pairs_and_another_seed_others():

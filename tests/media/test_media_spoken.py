@@ -7,7 +7,7 @@ import pytest
 
 import uform
 from uform.media.audio import decode_audio
-from uform.media.spoken import number_words, spoken_pairs
+from uform.datasets.spoken import number_words, spoken_pairs
 
 
 def test_number_words():

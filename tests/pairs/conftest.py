@@ -1,6 +1,6 @@
 import pytest
 
-from uform.pairs import mine_standard_library_pairs
+from uform.datasets import mine_standard_library_pairs
 
 
 @pytest.fixture(scope="session")

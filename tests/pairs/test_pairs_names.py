@@ -4,7 +4,8 @@ import unicodedata
 
 import pytest
 
-from uform.pairs import name_pairs, split_by_document
+from uform.datasets import name_pairs
+from uform.pairs import split_by_document
 
 pytest.importorskip("pycountry")
 

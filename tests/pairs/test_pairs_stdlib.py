@@ -4,8 +4,9 @@ import sys
 
 import pytest
 
-from uform.pairs import MAX_QUERY_BYTES, MIN_QUERY_BYTES, Pair, mine_standard_library_pairs, standard_library_files
-from uform.pairs.stdlib import _signature, first_sentence
+from uform.datasets import MAX_QUERY_BYTES, MIN_QUERY_BYTES, mine_standard_library_pairs, standard_library_files
+from uform.pairs import Pair
+from uform.datasets.stdlib import _signature, first_sentence
 
 
 @pytest.fixture

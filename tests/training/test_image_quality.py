@@ -1,4 +1,4 @@
-"""What an image tower learns: a small image-caption task (uform.media.blocks, a coloured block in one of four
+"""What an image tower learns: a small image-caption task (uform.datasets.blocks, a coloured block in one of four
 corners) that a mean over patches can only solve knowing where each patch lies. uform's Trainer must reach the
 accuracy of an independent PyTorch CLIP-style tower of the same size and budget (uform.reference.clip_torch).
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import uform
-from uform.media.blocks import CAPTIONS, block_images
+from uform.datasets.blocks import CAPTIONS, block_images
 from uform.pairs import pair_relations
 
 M = uform.Modality

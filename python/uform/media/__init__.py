@@ -1,4 +1,4 @@
-"""The host side of image and video items: decoding, patches and tubes, masks, a decoding pool, a demo set.
+"""The host side of image and video items: decoding, patches and tubes, masks, a decoding pool.
 
 Read in this order (``docs/media.md`` holds every rule in one place):
 
@@ -14,9 +14,8 @@ Read in this order (``docs/media.md`` holds every rule in one place):
 - :mod:`.batch` -- :func:`batch_patches`, a step's items back to back as a :class:`PatchBatch`.
 - :mod:`.pool` -- :class:`DecodePool`, decoding on threads or processes while the device works, and
   :func:`shared_pool`, the processes every trainer decodes on.
-- :mod:`.shapes` -- :func:`shape_pairs`, captioned shapes for demos.
 
-Audio items have their own modules beside these: :mod:`.audio` and :mod:`.sounds`.
+Audio items have their own module beside these: :mod:`.audio`. The demo data sets are in :mod:`uform.datasets`.
 """
 
 from .batch import PatchBatch, batch_patches
@@ -26,12 +25,11 @@ from .masking import mask_patches, masked_count
 from .patches import Patches, fitted_size, image_patches, video_tubes
 from .pool import DecodeJob, DecodePool, shared_pool
 from .prepare import prepare_image, prepare_video
-from .shapes import ShapeScene, all_scenes, shape_pairs
 from .video import MAX_VIDEO_PIXELS, VIDEO_CODECS, decode_video
 
 __all__ = [
     "IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_VIDEO_PIXELS", "VIDEO_CODECS", "VIDEO_FORMATS", "DecodeJob",
-    "DecodePool", "PatchBatch", "Patches", "ShapeScene", "all_scenes", "batch_patches", "decode_image",
+    "DecodePool", "PatchBatch", "Patches", "batch_patches", "decode_image",
     "decode_video", "fitted_size", "image_patches", "mask_patches", "masked_count", "prepare_image",
-    "prepare_video", "shape_pairs", "shared_pool", "sniff_format", "video_tubes",
+    "prepare_video", "shared_pool", "sniff_format", "video_tubes",
 ]

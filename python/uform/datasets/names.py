@@ -23,7 +23,7 @@ from __future__ import annotations
 import gettext
 import os
 
-from .jsonl import Pair
+from ..pairs.jsonl import Pair
 
 TABLES = (("iso3166-1", "countries"), ("iso4217", "currencies"), ("iso639-3", "languages"))
 """The gettext domain and pycountry database of each table read, in order."""

@@ -45,7 +45,7 @@ import sysconfig
 
 import numpy as np
 
-from .jsonl import Pair
+from ..pairs.jsonl import Pair
 
 __all__ = ["MAX_QUERY_BYTES", "MIN_QUERY_BYTES", "mine_standard_library_pairs", "standard_library_files"]
 
