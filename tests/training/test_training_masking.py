@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from uform.training import MASK, PAD, ErrorCode, Masking, UFormError, corrupt, pack_items
-from uform.training.masking import corruption_generator
+from uform.draws import corruption_generator
 
 LENGTH = 200_000
 

@@ -62,7 +62,7 @@ import numpy as np
 import soundfile
 import soxr
 
-from ..training.config import AudioShape
+from .config import AudioShape
 from ..errors import ErrorCode, UFormError
 from .items import item_error, normalised_targets
 

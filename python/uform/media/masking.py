@@ -9,7 +9,7 @@ An item of ``n`` patches has exactly ``k`` masked:
 ``ratio`` is ``Masking.image_mask_ratio`` for images and ``video_mask_ratio`` for
 video (0.75 derived). Which ``k`` is a uniform draw without replacement: the
 first ``k`` entries of ``rng.permutation(n)``, where ``rng`` is
-:func:`uform.training.masking.corruption_generator` of ``(seed, step, item)``,
+:func:`uform.draws.corruption_generator` of ``(seed, step, item)``,
 a numpy generator under the key of text corruption's words (an item has one
 modality, so no two draws share a key). The draw depends on nothing else, so every device
 and host masks an item alike, wherever packing puts it.
@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..errors import ErrorCode, UFormError
-from ..training.masking import corruption_generator
+from ..draws import corruption_generator
 
 
 def masked_count(patch_count: int, ratio: float) -> int:

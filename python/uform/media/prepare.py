@@ -13,7 +13,7 @@ an item of it is refused, naming the item.
 
 from __future__ import annotations
 
-from ..training.config import ImageShape, VideoShape
+from .config import ImageShape, VideoShape
 from ..errors import ErrorCode, UFormError
 from .images import decode_image
 from .items import item_error

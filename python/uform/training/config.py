@@ -8,8 +8,9 @@ to exactly zero where a default exists (pass a tiny value instead).
 
 Defaults:
 
-- ``ImageShape``: ``channels`` 4 (RGBA end to end). A zero ``patch_side`` leaves
-  images out of the run.
+- ``ImageShape`` (defined in ``uform.media.config``, beside the code that cuts
+  images, as are the other two): ``channels`` 4 (RGBA end to end). A zero
+  ``patch_side`` leaves images out of the run.
 - ``VideoShape``: ``tube_frames`` 2, ``frame_stride`` 1, ``channels`` 3. A zero
   ``patch_side`` leaves video out.
 - ``AudioShape``: ``sample_rate`` 16000. A zero ``chunk_samples`` leaves audio out.
@@ -51,6 +52,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..media.config import AudioShape, ImageShape, VideoShape
 from ..nn.resident import MAX_LEARNING_RATE
 from .enums import Negatives, Objective, PairLossForm
 from ..errors import ErrorCode, UFormError
@@ -81,49 +83,6 @@ def _as_enum(enum: type, name: str, value: Any):
 def _derive(config, defaults: dict[str, Any]):
     """``config`` with each zero field named in ``defaults`` replaced by its default."""
     return replace(config, **{name: getattr(config, name) or default for name, default in defaults.items()})
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageShape:
-    """The image slice of a :class:`BatchShape`; a zero ``patch_side`` leaves images out of the run."""
-
-    patch_side: int = 0
-    """The square patch side images tile into, in pixels."""
-    channels: int = 0
-    """Channels every pixel carries; zero derives 4."""
-
-    def derived(self) -> ImageShape:
-        return _derive(self, {"channels": 4})
-
-
-@dataclass(frozen=True, kw_only=True)
-class VideoShape:
-    """The video slice of a :class:`BatchShape`; a zero ``patch_side`` leaves video out of the run."""
-
-    patch_side: int = 0
-    """The square patch side one tube tiles into, in pixels."""
-    tube_frames: int = 0
-    """Frames one tube folds ahead of its patch; zero derives 2."""
-    frame_stride: int = 0
-    """Source frames between sampled ones; zero derives 1, every frame."""
-    channels: int = 0
-    """Channels every pixel carries; zero derives 3."""
-
-    def derived(self) -> VideoShape:
-        return _derive(self, {"tube_frames": 2, "frame_stride": 1, "channels": 3})
-
-
-@dataclass(frozen=True, kw_only=True)
-class AudioShape:
-    """The audio slice of a :class:`BatchShape`; a zero ``chunk_samples`` leaves audio out of the run."""
-
-    chunk_samples: int = 0
-    """Raw samples per frame, the fan-in of the learned frontend."""
-    sample_rate: int = 0
-    """The mono rate every recording is resampled to; zero derives 16000."""
-
-    def derived(self) -> AudioShape:
-        return _derive(self, {"sample_rate": 16000})
 
 
 def _as_shape(shape_type: type, name: str, value):

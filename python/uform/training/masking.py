@@ -57,34 +57,13 @@ import numpy as np
 
 from .arrays import group_entries
 from .config import Masking
-from ..errors import ErrorCode, UFormError
+from ..draws import check_key
 from .packing import Packed
 from .philox import below, stream_words, uniforms
 from .vocabulary import BYTE_COUNT, IGNORED_TARGET, MASK
 
 _UINT32_LIMIT = 1 << 32
-_UINT64_LIMIT = 1 << 64
 COVERAGE_STREAM, SPAN_STREAM, CUT_STREAM, SHOWN_STREAM = 0, 1, 2, 3
-
-
-def _check_key(seed: int, step: int, items: list[int]) -> None:
-    """Refuses a seed, step or item index (Python ints) that does not fit the key ``[seed, (step << 32) | item]``."""
-    checks = [("seed", operator.index(seed), _UINT64_LIMIT), ("step", operator.index(step), _UINT32_LIMIT)]
-    checks += [("item", item, _UINT32_LIMIT) for item in items]
-    for name, value, limit in checks:
-        if not 0 <= value < limit:
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"{name}: must lie in [0, {limit}), got {value}")
-
-
-def _corruption_key(seed: int, step: int, item: int) -> np.ndarray:
-    """The Philox key of ``item``'s draws at ``step``: [seed, (step << 32) | item]."""
-    _check_key(seed, step, [operator.index(item)])
-    return np.array([seed, (step << 32) | item], dtype=np.uint64)
-
-
-def corruption_generator(seed: int, step: int, item: int) -> np.random.Generator:
-    """A numpy generator under ``item``'s key at ``step`` (media masking draws its patches from it)."""
-    return np.random.Generator(np.random.Philox(key=_corruption_key(seed, step, item)))
 
 
 class _Segments:
@@ -166,7 +145,7 @@ def corrupt(packed: Packed, masking: Masking, seed: int, step: int, item_offset:
     item_of_segment = packed.item_of_segment[segments].astype(np.int64)
     offset = operator.index(item_offset)
     # the lowest and highest item indices, as Python ints (an offset past int64 is refused, not overflowed)
-    _check_key(seed, step, [offset + int(item_of_segment.min()), offset + int(item_of_segment.max())]
+    check_key(seed, step, [offset + int(item_of_segment.min()), offset + int(item_of_segment.max())]
                if item_of_segment.size else [offset])
     key1 = (np.uint64(step) << np.uint64(32)) | (item_of_segment + offset).astype(np.uint64)
     covered, offsets, words = _covered_offsets(seed, key1, lengths, masking)
