@@ -52,15 +52,9 @@ def captioned_jpegs(count: int, side: int) -> tuple[list[bytes], list[str]]:
     return images, captions
 
 
-def rate(run, count: int, rounds: int = 5) -> float:
-    """Items per second of run() over `count` items, the median of `rounds` after one warm-up."""
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return count / statistics.median(times)
+def rate(run, count: int) -> float:
+    """Items per second of run() over `count` items: the median of 5 rounds after one warm-up."""
+    return count / median_seconds(run, lambda: None, warmup=1, repeats=5)
 
 
 def host_row(name: str, images: list[bytes], captions: list[str], patch: int, columns: int) -> dict:
@@ -93,23 +87,13 @@ def host_row(name: str, images: list[bytes], captions: list[str], patch: int, co
             def decode():
                 submit_items(kinds, inputs.contents, shape, pool).result()
             row[f"uform_prepare_images_per_s_{label}"] = round(rate(decode, n), 1)
-            row[f"this_process_cpu_ms_per_step_{label}"] = round(1e3 * cpu_seconds(decode), 2)
+            seconds = median_seconds(decode, lambda: None, warmup=1, repeats=5, clock=time.process_time)
+            row[f"this_process_cpu_ms_per_step_{label}"] = round(1e3 * seconds, 2)
     prepared = PreparedMedia(one_thread())
     row["packing_ms_per_step_items_prepared"] = round(1e3 / rate(
         lambda: trainer.step_batch(inputs, False, 1, decoded=prepared), 1), 2)
     trainer.close()
     return row
-
-
-def cpu_seconds(run, rounds: int = 5) -> float:
-    """The median CPU time of run() in this process (every thread of it, no worker process), after one warm-up."""
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.process_time()
-        run()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
 
 
 def utilization(samples: list[int], stop: threading.Event) -> None:
