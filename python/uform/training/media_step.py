@@ -34,7 +34,7 @@ import numpy as np
 
 from ..media import mask_patches, prepare_image, prepare_video
 from ..media.audio import prepare_audio, sample_targets
-from ..media.patches import grid_positions, pixel_inputs, pixel_targets
+from ..media.patches import grid_positions, pixel_targets
 from ..media.pool import DecodeJob, DecodePool
 from .config import BatchShape, Masking
 from .enums import Modality
@@ -136,9 +136,13 @@ class MediaItem:
         return int(self.values.shape[0])
 
 
-def model_inputs(values: np.ndarray) -> np.ndarray:
-    """``(tokens, width)`` float32 the patch embedding reads: pixels / 255 in [0, 1], or the samples as they are."""
-    return pixel_inputs(values) if values.dtype == np.uint8 else values
+def model_inputs(values: np.ndarray, out: np.ndarray) -> None:
+    """Writes into ``out`` (tokens, width) float32 what the patch embedding reads of ``values``: pixels / 255 in
+    [0, 1] (``pixel_inputs``' float32 division, in place), or the samples as they are."""
+    if values.dtype == np.uint8:
+        np.divide(values, np.float32(255), out=out, dtype=np.float32)
+    else:
+        out[...] = values
 
 
 def reconstruction_targets(values: np.ndarray) -> np.ndarray:
@@ -276,20 +280,24 @@ def place_media(packed: Packed, tokens: np.ndarray, positions: np.ndarray, modal
         masked = np.concatenate([
             mask_patches(int(count), kind.mask_ratio(masking), seed, step, int(packed.item_of_segment[segment]))
             for segment, count in zip(segments, counts)]) if masking is not None else np.zeros(owner.size, bool)
-        # the source of each slot: within a segment, its shown tokens in order, then its hidden ones in order
-        source = np.lexsort((masked, owner))
-        hidden_slot = masked[source]
         first = np.cumsum(counts) - counts  # each segment's first token among this kind's
         slots = packed.flat[np.repeat(starts[segments] - first, counts) + np.arange(owner.size)]
-        values = np.concatenate([item.values for item in placed])[source]
-        token_positions = np.concatenate([item.positions for item in placed])[source]
+        values = np.concatenate([item.values for item in placed])
+        token_positions = np.concatenate([item.positions for item in placed])
+        if masked.any():  # the source of each slot: within a segment, its shown tokens in order, then its hidden ones
+            source = np.lexsort((masked, owner))
+            values, token_positions, hidden_slot = values[source], token_positions[source], masked[source]
+        else:
+            hidden_slot = masked
         positions[slots] = token_positions
         tokens[slots[hidden_slot]] = kind.mask_token
-        targets = reconstruction_targets(values[hidden_slot])
-        values[hidden_slot] = 0
-        rows = ModalityRows(inputs=np.concatenate([model_inputs(values),
-                                                   position_features(token_positions, kind.position_axes)], 1),
-                            tokens=slots.astype(np.int32), targets=targets,
+        width = values.shape[1]
+        inputs = np.empty((owner.size, width + kind.position_width), np.float32)
+        model_inputs(values, inputs[:, :width])
+        inputs[hidden_slot, :width] = 0.0
+        inputs[:, width:] = position_features(token_positions, kind.position_axes)
+        rows = ModalityRows(inputs=inputs, tokens=slots.astype(np.int32),
+                            targets=reconstruction_targets(values[hidden_slot]),
                             hidden=slots[hidden_slot].astype(np.int32))
         batch.hidden_of_segment[segments] = np.bincount(owner[masked], minlength=segments.size)
         batch.truncated += sum(item.truncated for item in placed)
