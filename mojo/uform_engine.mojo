@@ -19,9 +19,9 @@ from engine.launch import (
 )
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR, HAS_NVIDIA
-from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, embedding, gemm,
-                     gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows, tree_sum,
-                     verdict)
+from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, cross_entropy, embedding,
+                     gemm, gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows,
+                     tree_sum, verdict)
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -582,7 +582,7 @@ def PyInit__engine() abi("C") -> PythonObject:
         rows_of[norms.rmsnorm_backward](m, k, "rmsnorm_backward", norms.RMSNORM_BACKWARD)
         index[norms.softmax_forward](m, k, "softmax_forward", norms.SOFTMAX_FORWARD)
         index[norms.softmax_backward](m, k, "softmax_backward", norms.SOFTMAX_BACKWARD)
-        rows_of[norms.cross_entropy](m, k, "cross_entropy", norms.CROSS_ENTROPY)
+        rows_of[cross_entropy.cross_entropy](m, k, "cross_entropy", cross_entropy.CROSS_ENTROPY)
         register[norms.launch_column_partial_sums](m, k, "column_partial_sums", norms.COLUMN_PARTIAL_SUMS)
         index[norms.column_sums_finish](m, k, "column_sums_finish", norms.COLUMN_SUMS_FINISH)
         elements[tree_sum.tree_sum](m, k, "tree_sum", tree_sum.TREE_SUM)

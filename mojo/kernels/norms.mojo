@@ -1,15 +1,13 @@
-"""Row kernels: RMSNorm, softmax, cross-entropy, and column sums (one body per row or column).
+"""Row kernels: RMSNorm, softmax and column sums (one body per row or column; cross-entropy is in cross_entropy.mojo).
 
 RMSNorm over a row x of width W with gain w (x = the residual sum x + residual, when one is given):
     r = 1/√(Σx²/W + ε)            y = x·r·w
     backward, with ĝ = dy·w:      dx = r·(ĝ − x·r²·Σ(ĝ·x)/W)      dw = Σ_rows dy·x·r
 Softmax over a row:
     y = e^(x−max)/Σe^(x−max)      dx = y·(dy − Σ dy·y)
-Cross-entropy of a row of logits z against target t (t < 0: ignored, loss 0, no gradient):
-    loss = log Σ e^z − z_t        dz = (softmax(z) − onehot(t))·scale
-Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm and cross-entropy are row
-kernels (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
-columns l, l+32, …; on the CPU one call takes the row. Both run `row_reduce`'s one order. On a GPU the forward's
+Every Σ here is `canonical_reduce`: 32 strided lanes folded by halves. RMSNorm is a row
+kernel (`launch_rows`): on a GPU a warp takes a row, thread l playing lane l of the canonical sum and writing the
+columns l, l+32, …; on the CPU one call takes the row, in `row_reduce`'s one order. On a GPU the forward's
 warp holds a row of up to 32·LANE_VALUES values in registers (load_lane_row: lane l the columns l, l+32, …), so
 all its loads are issued before the sum and the row is read once; its sum is the same (normed_lane_row).
 Column sums (gradients of gains and biases) run in two stages with a fixed
@@ -24,7 +22,7 @@ from engine.device import F32Ptr
 from engine.launch import Args, DevicePtr, Interface, launch_elements, launch_gpu_teams
 from engine.target import HAS_ACCELERATOR
 from engine.reduction import (
-    LANES, canonical_reduce, canonical_reduce_lanes, fold_halves, row_max, row_max_of, row_reduce, row_stride,
+    LANES, canonical_reduce, canonical_reduce_lanes, fold_halves, row_max, row_reduce, row_stride,
 )
 from engine import numerics
 
@@ -202,39 +200,6 @@ def softmax_backward(r: Int, args: Args):
     var dot = canonical_reduce(product, N)
     for i in range(N):
         dx.unsafe_store(i, y.unsafe_load(i) * (dy.unsafe_load(i) - dot))
-
-
-comptime CROSS_ENTROPY = Interface("losses dlogits logits targets", "vocab", "grad_scale")
-
-
-def cross_entropy[warp: Bool](r: Int, lane: Int, args: Args):
-    """dlogits is optional: without it only the losses are written. A row kernel: on a GPU a warp takes a row
-    (thread l the canonical sum's lane l and the columns l, l+32, …), so its 2·V exponentials are not one thread's
-    chain of loads and stores (a thread a row took 67 µs over the byte LM's 256 logits)."""
-    var V = args.size(0)
-    var losses = args.f32(0)
-    var z = args.f32(2).unsafe_offset(r * V)
-    var target = Int(args.i32(3).unsafe_load(r))
-    var grad_scale = args.scalar(0)
-    var m = row_max_of[warp](z, V, lane)
-
-    def shifted_exp(i: Int) {imm z, imm m} -> Float32:
-        return numerics.exp(z.unsafe_load(i) - m)
-
-    var total = row_reduce[warp](shifted_exp, V, lane)
-    if lane == 0:
-        var loss = Float32(0)
-        if target >= 0:
-            loss = (numerics.log(total) + m) - z.unsafe_load(target)
-        losses.unsafe_store(r, loss)
-    if args.given(1):
-        var dz = args.f32(1).unsafe_offset(r * V)
-        for i in range(lane, V, row_stride[warp]()):
-            var g = Float32(0)
-            if target >= 0:
-                var p = numerics.exp(z.unsafe_load(i) - m) / total
-                g = (p - Float32(1) if i == target else p) * grad_scale
-            dz.unsafe_store(i, g)
 
 
 comptime COLUMN_PARTIAL_SUMS = Interface("partial x", "rows columns chunk squares", "")
