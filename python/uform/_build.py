@@ -28,7 +28,7 @@ SOURCE_DIR = PACKAGE_DIR.parents[1] / "mojo"
 ENTRY_POINT = "uform_engine.mojo"
 VARIANTS_DIR = PACKAGE_DIR / "_engine"
 
-# The four runtime libraries every Mojo-built module loads (see shared/mojo-notes.md).
+# The four runtime libraries every Mojo-built module loads.
 RUNTIME_LIBRARIES = (
     "libKGENCompilerRTShared.so",
     "libMSupportGlobals.so",

@@ -1,4 +1,4 @@
-"""The exact GEMM's definition (issue 12), executable: the value every device must give, bit for bit.
+"""The exact GEMM's definition, executable: the value every device must give, bit for bit.
 
 The identical GEMM wherever the canonical shape rule takes a product (docs/numerics.md; the fma chain below
 it): the specification its CPU and tensor-core kernels are checked against, and the measure of its accuracy.

@@ -1,6 +1,6 @@
-"""The host side of the multimodal ``Trainer``: configuration, per-step inputs, packing and corruption.
+"""The multimodal ``Trainer``: configuration, per-step inputs, packing and corruption, the model on its devices.
 
-Everything here is pure Python and numpy; the engine consumes what it produces:
+The host side is Python and numpy; the device side (:mod:`.encoder`) runs on the engine:
 
 - :mod:`.config` -- the run's frozen, keyword-built configs, their derived
   defaults and :func:`validate_run`.
@@ -12,7 +12,10 @@ Everything here is pure Python and numpy; the engine consumes what it produces:
 - :mod:`.stats`, :mod:`.arena` -- what a step reports and where it lands embeddings.
 - :mod:`.late_interaction`, :mod:`.choices` -- the rows and targets of the late-interaction and
   calibrated-choices terms.
-- :mod:`.encoder` -- the text encoder on a device; :mod:`.trainer` -- ``Trainer`` itself;
+- :mod:`.media_step` -- a step's media items, prepared on the decoding pool and placed among the tokens.
+- :mod:`.batch` -- :func:`step_batch`, a step's whole batch on the host.
+- :mod:`.encoder` -- the encoder on a device; :mod:`.world` -- the world's step over several devices and
+  processes; :mod:`.deferred` -- deferred steps and their prefetch; :mod:`.trainer` -- ``Trainer`` itself;
   :mod:`.checkpoint` -- its safetensors checkpoint.
 """
 
