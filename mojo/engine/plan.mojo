@@ -15,11 +15,13 @@ keeps the recording as one of the device's plans, and `plan_run` replays it:
 A plan holds addresses, so it reads whatever those buffers hold when it runs: per-step values
 (ids, targets, AdamW's bias corrections) live in buffers the caller writes before each replay.
 Copies between host and device are never recorded: while a device records, they raise.
+
+The one import circle of the engine runs through here, and is the types' own: a `Device` holds its plans, a
+plan's ops hold `Launcher`s (`engine.launch`), and a launcher takes a pointer to the `Device`.
 """
 
 from std.collections import Optional
 from max.gpu.host import DeviceGraph, DeviceGraphBuilder
-from engine.device import Device
 from engine.launch import Args, DevicePtr, Launcher
 from engine.target import HAS_ACCELERATOR
 
