@@ -126,3 +126,26 @@ def test_a_refusal_pickles_with_its_code_and_message_whatever_its_class():
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and copy.code == error.code and copy.message == error.message
         assert str(copy) == str(error)
+
+
+def decode_in_a_forked_child(answers):
+    from uform.media import shared_pool
+
+    answers.put(shared_pool().map(exits, ["a", "b", "c"], items=[7, 8, 9]))
+
+
+def test_a_forked_child_decodes_on_a_pool_of_its_own():
+    import multiprocessing
+
+    from uform.media import shared_pool
+
+    parent = shared_pool()
+    assert parent.map(exits, ["a"], items=[1]) == [1]  # the parent's workers are running
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=decode_in_a_forked_child, args=(answers,))
+    child.start()
+    assert answers.get(timeout=60) == [7, 8, 9]
+    child.join(60)
+    assert child.exitcode == 0
+    assert shared_pool() is parent and parent.map(exits, ["b"], items=[2]) == [2]  # the parent's pool still serves

@@ -33,8 +33,8 @@ a list of items, on threads or on processes:
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing
+import multiprocessing.util
 import os
 import threading
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -107,6 +107,7 @@ class DecodePool:
     def __init__(self, workers: int | None = None, *, processes: bool = False):
         self.processes = processes
         self.broken = False  # a worker process died: the pool takes no more work
+        self.pid = os.getpid()  # the process that made it: a forked child inherits the object, not the workers
         self.workers = workers or (DEFAULT_PROCESSES if processes else DEFAULT_WORKERS)
         if processes:
             self._executor: Executor = ProcessPoolExecutor(max_workers=self.workers,
@@ -131,8 +132,10 @@ class DecodePool:
         return self.submit(decode, contents, items).result()
 
     def close(self) -> None:
-        """Cancels what has not started, waits for what has, and ends the workers."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Cancels what has not started, waits for what has, and ends the workers (in the process that made the
+        pool: a forked child leaves its parent's workers alone)."""
+        if os.getpid() == self.pid:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> DecodePool:
         return self
@@ -146,13 +149,18 @@ _shared_lock = threading.Lock()
 
 
 def shared_pool() -> DecodePool:
-    """This interpreter's pool of decoding processes, made on the first call (and again after a worker died) and
-    closed at exit: every trainer decodes its media items on it, so that none starts processes of its own."""
+    """This interpreter's pool of decoding processes, made on the first call (and again after a worker died, or in
+    a process forked from the one that made it, which inherits the object but not its workers) and closed at exit:
+    every trainer decodes its media items on it, so that none starts processes of its own."""
     global _shared
     with _shared_lock:
+        if _shared is not None and _shared.pid != os.getpid():
+            _shared = None  # the parent's: its workers answer the parent alone
         if _shared is None or _shared.broken:
             if _shared is not None:
                 _shared.close()
             _shared = DecodePool(processes=True)
-            atexit.register(_shared.close)
+            # closed at exit by multiprocessing's finalizers, which run before it joins a process's children: in a
+            # process that multiprocessing started, an open pool's workers would keep that join waiting
+            multiprocessing.util.Finalize(None, _shared.close, exitpriority=100)
         return _shared
