@@ -31,6 +31,7 @@ from PIL import Image
 import uform
 from common import arguments, median_seconds, write_results
 from uform.media import DecodePool, shared_pool
+from uform.pairs import pair_relations
 from uform.datasets.shapes import all_scenes, shape_pairs
 from uform.training.media_step import PreparedMedia, prepare_item, submit_items
 
@@ -66,8 +67,7 @@ def host_row(name: str, images: list[bytes], captions: list[str], patch: int, co
                                image=uform.ImageShape(patch_side=patch)),
         contrastive=uform.Contrastive(max_edges_per_device=4 * n * n), schedule=uform.Schedule(steps=10))
     modalities = [uform.Modality.IMAGE] * n + [uform.Modality.TEXT] * n
-    relations = uform.Relations(attract=(np.arange(2 * n + 1), list(range(n, 2 * n)) + list(range(n))))
-    inputs = trainer._checked_inputs(modalities, images + captions, relations=relations)
+    inputs = trainer._checked_inputs(modalities, images + captions, relations=pair_relations(captions))
     shape = trainer.run.batch
     kinds = inputs.modalities
 
@@ -142,7 +142,7 @@ def training_row(g: dict) -> dict:
     images, captions = captioned_jpegs(g["pairs"], g["side"])
     n = len(images)
     modalities = [uform.Modality.IMAGE] * n + [uform.Modality.TEXT] * n
-    relations = uform.Relations(attract=(np.arange(2 * n + 1), list(range(n, 2 * n)) + list(range(n))))
+    relations = pair_relations(captions)
     stats = uform.TrainerStepStats()
     median = median_seconds(lambda: trainer.step(modalities, images + captions, relations=relations, stats=stats),
                             executor.devices[0].synchronize, warmup=1, repeats=3)  # buffers are made on the first

@@ -152,9 +152,9 @@ def _padded(pixels: np.ndarray, rows: int, columns: int, patch_side: int) -> np.
     return padded
 
 
-def pixel_inputs(blocks: np.ndarray) -> np.ndarray:
-    """``(count, width)`` uint8 patches as the encoder reads them: float32 pixel / 255."""
-    return blocks.astype(np.float32) / np.float32(255)
+def pixel_inputs(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``(count, width)`` uint8 patches as the encoder reads them: float32 pixel / 255 (into ``out`` when given)."""
+    return np.divide(blocks, np.float32(255), out=out, dtype=np.float32)
 
 
 def pixel_targets(blocks: np.ndarray) -> np.ndarray:

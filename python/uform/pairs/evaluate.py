@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .relations import distinct
+
 __all__ = ["BIGRAM_DIMENSIONS", "bag_of_bytes_embeddings", "bm25_scores", "recall_at_1", "retrieval_metrics",
            "split_by_document", "split_pairs"]
 
@@ -174,7 +176,7 @@ def split_by_document(pairs: Sequence, held_out: int, seed: int = 0) -> tuple[li
     no held-out document is seen in training (a query string another document shares can be). Fewer distinct
     documents hold out all of them."""
     items = list(pairs)
-    documents = list(dict.fromkeys(item.document for item in items))
+    documents = distinct([item.document for item in items])[0]
     chosen = {documents[i] for i in _philox_order(len(documents), seed, 2)[:held_out]}
     first: dict = {}
     for index in _philox_order(len(items), seed, 3):

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..media import mask_patches, prepare_image, prepare_video
 from ..media.audio import prepare_audio, sample_targets
-from ..media.patches import grid_positions, pixel_targets
+from ..media.patches import grid_positions, pixel_inputs, pixel_targets
 from ..media.pool import DecodeJob, DecodePool
 from .config import BatchShape, Masking
 from .enums import Modality
@@ -138,9 +138,9 @@ class MediaItem:
 
 def model_inputs(values: np.ndarray, out: np.ndarray) -> None:
     """Writes into ``out`` (tokens, width) float32 what the patch embedding reads of ``values``: pixels / 255 in
-    [0, 1] (``pixel_inputs``' float32 division, in place), or the samples as they are."""
+    [0, 1] (``pixel_inputs``), or the samples as they are."""
     if values.dtype == np.uint8:
-        np.divide(values, np.float32(255), out=out, dtype=np.float32)
+        pixel_inputs(values, out)
     else:
         out[...] = values
 
