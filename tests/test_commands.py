@@ -80,6 +80,17 @@ def test_train_warmup_steps_set_the_warmup(tmp_path):
     assert "warmup-steps = 3" in (tmp_path / "run" / "config.toml").read_text()
 
 
+@pytest.mark.parametrize("warmup,named", [("5", "schedule.warmup_steps: 5 exceeds steps 4"), ("-1", "--warmup-steps")])
+def test_train_refuses_a_warmup_it_cannot_take_in_one_line(tmp_path, capsys, warmup, named):
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    run = tmp_path / "run"
+    status, _, err = command(uform_main, ["train", "--pairs", str(pairs), "--steps", "4", "--pairs-per-step", "4",
+                                          "--held-out", "4", "--warmup-steps", warmup, "--run-dir", str(run), *TINY],
+                             capsys)
+    assert status == 2 and named in err and err.count("\n") == 1
+    assert not (run / "model.safetensors").exists() and not list(run.glob("checkpoints/*"))
+
+
 def test_embed_a_jsonl_file(trained, capsys):
     items = trained / "items.jsonl"
     items.write_text('{"text": "what does function number 3 do"}\n"def function_3(x, y=3)"\n\n{"text": "hi"}\n')
