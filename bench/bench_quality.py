@@ -131,14 +131,15 @@ def siglip_loss(torch, model):
     return SigLIPLoss()
 
 
-def sentence_transformers_run(args, loss_form: str = "mnrl") -> dict:
+def sentence_transformers_run(args, loss_form: str = "mnrl", tokens: str = "bpe") -> dict:
     """sentence-transformers from scratch on the same text job: a randomly initialised BertModel of the same depth and
-    width, a BPE tokenizer trained on the training split with ``tokenizers``, mean pooling, MultipleNegativesRankingLoss
-    (``loss_form`` "mnrl") or SigLIP's ("siglip"), AdamW at the same peak, warmup and cosine, bf16 autocast on a
-    GPU."""
+    width, a tokenizer trained on the training split with ``tokenizers`` (``tokens`` "bpe": BPE of 8192; "bytes":
+    byte-level with no merges, uform's own alphabet of 256, for the bytes-against-BPE ablation), mean pooling,
+    MultipleNegativesRankingLoss (``loss_form`` "mnrl") or SigLIP's ("siglip"), AdamW at the same peak, warmup and
+    cosine, bf16 autocast on a GPU."""
     import torch
     from sentence_transformers import SentenceTransformer, losses, models
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
     from tokenizers.models import BPE
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
@@ -149,11 +150,17 @@ def sentence_transformers_run(args, loss_form: str = "mnrl") -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     start = time.perf_counter()
     tokenizer = Tokenizer(BPE(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer.train_from_iterator([p.query for p in training] + [p.document for p in training],
-                                  trainers.BpeTrainer(vocab_size=8192, special_tokens=special, show_progress=False))
+    if tokens == "bytes":  # the 256 byte symbols and the specials, no merges: every byte its own token
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=256 + len(special), special_tokens=special, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.BpeTrainer(vocab_size=8192, special_tokens=special, show_progress=False)
+    tokenizer.train_from_iterator([p.query for p in training] + [p.document for p in training], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]",
                                    cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     torch.manual_seed(args.seed)
@@ -163,7 +170,7 @@ def sentence_transformers_run(args, loss_form: str = "mnrl") -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         BertModel(config).save_pretrained(scratch)
         fast.save_pretrained(scratch)
-        transformer = models.Transformer(scratch, max_seq_length=128)
+        transformer = models.Transformer(scratch, max_seq_length=128 if tokens == "bpe" else 512)
     model = SentenceTransformer(modules=[transformer, models.Pooling(args.hidden, "mean")], device=device)
     loss = losses.MultipleNegativesRankingLoss(model) if loss_form == "mnrl" else siglip_loss(torch, model).to(device)
     optimizer = torch.optim.AdamW(loss.parameters(), lr=1e-3, weight_decay=0.01)  # the model's, and SigLIP's two
@@ -183,7 +190,8 @@ def sentence_transformers_run(args, loss_form: str = "mnrl") -> dict:
             encode = lambda texts: model.encode(texts, batch_size=256, normalize_embeddings=True,  # noqa: E731
                                                 convert_to_numpy=True, show_progress_bar=False)
             curve[step] = held_out_recall(encode, encode, held_out)
-    name = "sentence_transformers" + ("" if loss_form == "mnrl" else f"_{loss_form}")
+    name = "sentence_transformers" + ("" if loss_form == "mnrl" else f"_{loss_form}") + \
+        ("" if tokens == "bpe" else f"_{tokens}")
     return {"trainer": name, "curve": curve, "seconds": time.perf_counter() - start}
 
 
@@ -262,7 +270,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     options.add_argument("--warmup-steps", type=int, default=0, help="every trainer's warmup (0: min(steps/10, 400))")
     options.add_argument("--trainers", default="uform,clip_torch",
                          help="which to run, comma-separated: uform, clip_torch, sentence_transformers and "
-                              "sentence_transformers_siglip (text), open_clip (images)")
+                              "sentence_transformers_siglip and sentence_transformers_siglip_bytes (text), "
+                              "open_clip (images)")
     args = options.parse_args(argv)
     if args.eval_every < 1:
         raise SystemExit("--eval-every: must be positive")
@@ -274,6 +283,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 RUNNERS = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
            "sentence_transformers_siglip": lambda args: sentence_transformers_run(args, "siglip"),
+           "sentence_transformers_siglip_bytes": lambda args: sentence_transformers_run(args, "siglip", "bytes"),
            "open_clip": open_clip_run}
 """Each trainer's run: its held-out recall@1 at each evaluation ("curve") and its wall time ("seconds")."""
 
