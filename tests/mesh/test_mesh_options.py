@@ -84,3 +84,50 @@ def test_a_directory_that_is_not_utf8_is_refused_before_any_file(tmp_path):
     with pytest.raises(uform.UFormError, match=r"MeshOptions.directory: .*caf\\xe9 is not UTF-8") as refused:
         checked_options(uform.MeshOptions(host_domain_index=0, host_domain_count=2, directory=directory, job="j"))
     assert refused.value.code == uform.ErrorCode.INVALID_ARGUMENT and os.listdir(directory) == []
+
+
+@pytest.mark.parametrize("environ, place, job", [
+    ({}, (0, 1), ""),
+    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "abc"}, (3, 8), "torchrun-abc"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}, (0, 2), ""),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_JOB_ID": "4242"}, (5, 6), "slurm-4242"),
+    ({"RANK": "1", "WORLD_SIZE": "4", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "7"},
+     (1, 4), "slurm-7"),
+])
+def test_options_from_a_launchers_environment(environ, place, job):
+    options = uform.MeshOptions.from_environment(environ=environ)
+    assert (options.host_domain_index, options.host_domain_count, options.job) == (*place, job)
+
+
+def test_options_from_the_environment_keep_what_is_passed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_JOB_ID", "99")
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    options = checked_options(uform.MeshOptions.from_environment(tmp_path, job="mine", timeout_seconds=5))
+    assert (options.host_domain_index, options.host_domain_count, options.job) == (1, 2, "mine")
+    assert options.directory == os.fsencode(tmp_path) and options.timeout_seconds == 5
+
+
+@pytest.mark.parametrize("environ, named", [
+    ({"RANK": "1"}, "RANK is set without WORLD_SIZE"),
+    ({"SLURM_NTASKS": "2"}, "SLURM_NTASKS is set without SLURM_PROCID"),
+    ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK='one' is not a non-negative integer"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1' is not a non-negative integer"),
+])
+def test_a_malformed_launcher_environment_is_named(environ, named):
+    with pytest.raises(uform.UFormError, match=named) as error:
+        uform.MeshOptions.from_environment(environ=environ)
+    assert error.value.code == uform.ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_rank_past_the_count_is_refused_at_the_door():
+    with pytest.raises(uform.UFormError, match="host_domain_index: 4 is not below host_domain_count 4"):
+        checked_options(uform.MeshOptions.from_environment(environ={"RANK": "4", "WORLD_SIZE": "4"}))
+
+
+@pytest.mark.parametrize("environ, index", [
+    ({}, 0), ({"LOCAL_RANK": "3", "SLURM_LOCALID": "1"}, 3), ({"SLURM_LOCALID": "2"}, 2)])
+def test_the_local_index_from_the_environment(environ, index):
+    assert uform.MeshOptions.local_index_from_environment(environ) == index

@@ -46,6 +46,57 @@ class MeshOptions:
     timeout_seconds: float = 0.0
     """Seconds a rendezvous or collective waits for its peers before PEER_LOST; zero derives 300."""
 
+    @classmethod
+    def from_environment(cls, directory: bytes | str | os.PathLike = b"", *, job: str = "",
+                         timeout_seconds: float = 0.0, environ=None) -> MeshOptions:
+        """This process's options from its launcher's variables (``environ``; default ``os.environ``), as
+        PyTorch's ``init_process_group`` reads them: torchrun's ``RANK`` and ``WORLD_SIZE`` first (torchrun under
+        Slurm sets both), else Slurm's ``SLURM_PROCID`` and ``SLURM_NTASKS``, else a process alone. The job is
+        ``job`` if given, else ``slurm-$SLURM_JOB_ID`` or ``torchrun-$TORCHELASTIC_RUN_ID`` (torchrun's
+        ``--rdzv-id``). A variable that is not a count, or one of a pair without the other, is INVALID_ARGUMENT
+        naming it; the result still passes the one door (``checked_options``) where the mesh is made."""
+        environ = os.environ if environ is None else environ
+        index, count = _launcher_place(environ)
+        if not job:
+            if environ.get("SLURM_JOB_ID"):
+                job = f"slurm-{environ['SLURM_JOB_ID']}"
+            elif environ.get("TORCHELASTIC_RUN_ID", "none") != "none":
+                job = f"torchrun-{environ['TORCHELASTIC_RUN_ID']}"
+        return cls(host_domain_index=index, host_domain_count=count, directory=directory, job=job,
+                   timeout_seconds=timeout_seconds)
+
+    @staticmethod
+    def local_index_from_environment(environ=None) -> int:
+        """This process's index among its host's processes: torchrun's ``LOCAL_RANK``, else Slurm's
+        ``SLURM_LOCALID``, else 0; the GPU a process of one GPU takes (``Executor.for_vram(devices=[i])``)."""
+        environ = os.environ if environ is None else environ
+        for name in ("LOCAL_RANK", "SLURM_LOCALID"):
+            if name in environ:
+                return _variable(environ, name)
+        return 0
+
+
+def _variable(environ, name: str) -> int:
+    """The non-negative integer in variable `name`, or INVALID_ARGUMENT naming it."""
+    text = environ[name].strip()
+    if not text.isdigit():
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"MeshOptions.from_environment: {name}={environ[name]!r} is "
+                                                     "not a non-negative integer")
+    return int(text)
+
+
+def _launcher_place(environ) -> tuple[int, int]:
+    """(host domain index, count) from torchrun's variables, else Slurm's, else (0, 1)."""
+    for index_name, count_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        present = [name for name in (index_name, count_name) if name in environ]
+        if len(present) == 1:
+            missing = count_name if present[0] == index_name else index_name
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"MeshOptions.from_environment: {present[0]} is set "
+                                                         f"without {missing}; a launcher sets both")
+        if present:
+            return _variable(environ, index_name), _variable(environ, count_name)
+    return 0, 1
+
 
 def _invalid(field: str, message: str) -> UFormError:
     return UFormError(ErrorCode.INVALID_ARGUMENT, f"MeshOptions.{field}: {message}")
