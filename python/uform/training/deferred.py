@@ -119,6 +119,11 @@ class Prefetch:
             self.queue = deque(entry for entry in self.queue if entry[0] is not prepared)
             self.in_flight -= 1
 
+    def close(self) -> None:
+        """Drop what is still queued: the trainer is closing and no step will run to need it."""
+        with self._lock:
+            self.queue.clear()
+
 
 def ready(prepared: Future | None, step: int) -> PreparedStep | None:
     """The batch prepared ahead for this step, or None: none was, its preparation raised (the step meets the

@@ -365,7 +365,7 @@ class Trainer:
             worker = self._worker
         if worker is not None:
             worker.shutdown(wait=True)  # outside the lock: the calls it still holds take the lock
-        self._prefetch.queue.clear()
+        self._prefetch.close()
 
     def encode(self, modalities, contents, /, *, width: int | None = None) -> np.ndarray:
         """The unit-norm embeddings (items, width) float32 of the items as given, uncorrupted: each item's
