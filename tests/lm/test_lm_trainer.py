@@ -244,3 +244,14 @@ def test_lost_device_context_blocks_every_call_until_load_state_dict(monkeypatch
             call()
     trainer.load_state_dict(saved)
     assert trainer.train_step(ids[1])["step"] == 2
+
+
+def test_an_executor_of_several_devices_is_refused_not_cut_to_its_first(tmp_path):
+    shape = LanguageModelConfig()
+    several = uform.Executor.for_ram(2)
+    with pytest.raises(uform.UFormError, match="executor: .* has 2 devices; the language model trains on one") as error:
+        LanguageModelTrainer(initial(shape), data_schedule={}, executor=several)
+    assert error.value.code == uform.ErrorCode.UNSUPPORTED
+    LanguageModelTrainer(initial(shape), data_schedule={}, executor="cpu").export_checkpoint(tmp_path / "lm.json")
+    with pytest.raises(uform.UFormError, match="has 2 devices"):
+        LanguageModelTrainer.from_checkpoint(tmp_path / "lm.json", executor=several)

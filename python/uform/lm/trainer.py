@@ -85,6 +85,10 @@ class LanguageModelTrainer:
         """numerics: the run's numeric mode, or None to keep the state's (docs/numerics.md)."""
         self._lock = threading.RLock()
         self._executor = default_executor() if executor is None else executor_from(executor)
+        if len(self._executor.devices) > 1:  # refused, not trained on the first alone as it silently was
+            raise value_error(f"executor: {self._executor!r} has {len(self._executor.devices)} devices; the language "
+                              "model trains on one (pass an executor of one device, e.g. Executor.for_vram([0]))",
+                              ErrorCode.UNSUPPORTED)
         self._resident, self._step_result = self._session_mode(resident, step_result)
         self._numerics = run_numerics(state_numerics(state) if numerics is None else numerics, self._executor)
         self._adopt(state)
