@@ -139,7 +139,7 @@ def sentence_transformers_run(args, loss_form: str = "mnrl", tokens: str = "bpe"
     cosine, bf16 autocast on a GPU."""
     import torch
     from sentence_transformers import SentenceTransformer, losses, models
-    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
     from tokenizers.models import BPE
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
@@ -153,7 +153,6 @@ def sentence_transformers_run(args, loss_form: str = "mnrl", tokens: str = "bpe"
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     if tokens == "bytes":  # the 256 byte symbols and the specials, no merges: every byte its own token
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=256 + len(special), special_tokens=special, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     else:
