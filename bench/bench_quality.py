@@ -72,6 +72,7 @@ def uform_run(args) -> dict:
         flags = ["--data", args.data, "--depth", str(args.depth), "--hidden", str(args.hidden),
                  "--steps", str(args.steps), "--pairs-per-step", str(args.pairs_per_step),
                  "--eval-every", str(args.eval_every), "--warmup-steps", str(args.warmup_steps), "--save-every", "0",
+                 "--seed", str(args.seed),
                  "--run-dir", str(run_dir)]
         start = time.perf_counter()
         train(flags)
@@ -82,8 +83,9 @@ def uform_run(args) -> dict:
     return {"trainer": "uform", "curve": curve, "seconds": seconds}
 
 
-def peer_run(args) -> dict:
-    """The CLIP-style PyTorch peer on the same job, split and step draws."""
+def peer_run(args, shared_blocks: bool = False) -> dict:
+    """The CLIP-style PyTorch peer on the same job, split and step draws; ``shared_blocks``: one stack of blocks
+    for both sides, as uform's one tower."""
     import torch
 
     from uform.reference.clip_torch import PairTrainer, TowerShape
@@ -96,8 +98,8 @@ def peer_run(args) -> dict:
     patch = job.image.patch_side if job.image else 8
     device = "cuda" if torch.cuda.is_available() else "cpu"
     peer = PairTrainer(torch, TowerShape(depth=args.depth, width=args.hidden, max_bytes=128, patch_side=patch,
-                                         max_patches=128), query, steps=args.steps, learning_rate=1e-3,
-                       warmup=warmup_steps(args), device=device)
+                                         max_patches=128, shared_blocks=shared_blocks), query, steps=args.steps,
+                       learning_rate=1e-3, warmup=warmup_steps(args), seed=args.seed, device=device)
     curve = {}
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -108,7 +110,8 @@ def peer_run(args) -> dict:
         if evaluates(args, step):
             curve[step] = held_out_recall(lambda items: peer.encode(items, "query"),
                                           lambda items: peer.encode(items, "document"), held_out)
-    return {"trainer": "clip_torch", "curve": curve, "seconds": time.perf_counter() - start}
+    return {"trainer": "clip_torch_one_tower" if shared_blocks else "clip_torch", "curve": curve,
+            "seconds": time.perf_counter() - start}
 
 
 def siglip_loss(torch, model):
@@ -267,8 +270,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     options.add_argument("--hidden", type=int, default=256)
     options.add_argument("--eval-every", type=int, default=250)
     options.add_argument("--warmup-steps", type=int, default=0, help="every trainer's warmup (0: min(steps/10, 400))")
+    options.add_argument("--seed", type=int, default=0, help="the split, step draws, masking and every initialisation")
     options.add_argument("--trainers", default="uform,clip_torch",
-                         help="which to run, comma-separated: uform, clip_torch, sentence_transformers and "
+                         help="which to run, comma-separated: uform, clip_torch, clip_torch_one_tower (one stack of "
+                              "blocks for both sides), sentence_transformers and "
                               "sentence_transformers_siglip and sentence_transformers_siglip_bytes (text), "
                               "open_clip (images)")
     args = options.parse_args(argv)
@@ -276,11 +281,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit("--eval-every: must be positive")
     if args.quick:
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
-    args.pairs, args.examples, args.held_out, args.seed = None, 0, 500, 0  # the train program's own defaults
+    args.pairs, args.examples, args.held_out = None, 0, 500  # the train program's own defaults
     return args
 
 
-RUNNERS = {"uform": uform_run, "clip_torch": peer_run, "sentence_transformers": sentence_transformers_run,
+RUNNERS = {"uform": uform_run, "clip_torch": peer_run, "clip_torch_one_tower": lambda args: peer_run(args, True),
+           "sentence_transformers": sentence_transformers_run,
            "sentence_transformers_siglip": lambda args: sentence_transformers_run(args, "siglip"),
            "sentence_transformers_siglip_bytes": lambda args: sentence_transformers_run(args, "siglip", "bytes"),
            "open_clip": open_clip_run}
@@ -291,7 +297,8 @@ def run(args, name: str) -> dict:
     """Trainer `name`'s row: its run, the settings and its final and best recall@1."""
     row = RUNNERS[name](args)
     row.update(data=args.data, steps=args.steps, warmup_steps=warmup_steps(args),
-               pairs_per_step=args.pairs_per_step, depth=args.depth, hidden=args.hidden, final=row["curve"][args.steps], best=max(row["curve"].values()))
+               pairs_per_step=args.pairs_per_step, depth=args.depth, hidden=args.hidden, seed=args.seed,
+               final=row["curve"][args.steps], best=max(row["curve"].values()))
     return row
 
 

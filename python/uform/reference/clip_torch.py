@@ -2,7 +2,8 @@
 
 Independent of uform's engine and of its tower (``encoder_torch`` is uform's own tower; this is what a
 PyTorch user writes for a small CLIP): two towers of ``depth`` pre-LayerNorm blocks of width ``width``
-(``nn.TransformerEncoderLayer``, GELU, MLP 4×, heads of 64), learned absolute position embeddings, mean
+(``nn.TransformerEncoderLayer``, GELU, MLP 4×, heads of 64; or one stack both sides read,
+``TowerShape.shared_blocks``), learned absolute position embeddings, mean
 pooling over each item's tokens, SigLIP's sigmoid loss between the two sides of each pair (queries
 against documents, ``exp(t)·cos + b``, t and b learned from log 10 and −10), AdamW with a linear warmup
 and a cosine decay. Text is read as UTF-8 bytes (no tokenizer, as uform reads it); an image is cut into
@@ -35,6 +36,9 @@ class TowerShape:
     patch_side: int = 8
     max_patches: int = 64
     """Image positions: an image's grid of patches (row-major) must fit."""
+    shared_blocks: bool = False
+    """One stack of blocks read by both sides, as uform's one tower is (each side keeps its input map and
+    position table); a CLIP has a stack per side."""
 
 
 def image_patches(encoded: bytes, patch_side: int) -> np.ndarray:
@@ -71,10 +75,12 @@ def build(torch, shape: TowerShape, query: str, seed: int):
                                            activation="gelu", batch_first=True, norm_first=True)
         return nn.TransformerEncoder(layer, shape.depth, norm=nn.LayerNorm(shape.width), enable_nested_tensor=False)
 
+    shared = blocks() if shape.shared_blocks else None
+
     class Tower(nn.Module):
         def __init__(self, inputs: nn.Module, positions: int):
             super().__init__()
-            self.inputs, self.blocks = inputs, blocks()
+            self.inputs, self.blocks = inputs, shared if shared is not None else blocks()
             self.positions = nn.Parameter(torch.randn(positions, shape.width) * 0.02)
 
         def forward(self, x, lengths):
