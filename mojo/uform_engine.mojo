@@ -8,7 +8,6 @@ chunk sizes, compiled head dimensions and attention tile, form codes) as FACTS, 
 once. Kernel files under kernels/ hold only math and their launchers.
 """
 
-from std.collections import Array
 from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
@@ -20,8 +19,9 @@ from engine.launch import (
 from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
 from engine.target import HAS_ACCELERATOR, HAS_NVIDIA
 from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, cross_entropy, embedding,
-                     gemm, gemm_exact, fast_producers, gemm_fast, late_interaction, norms, pointwise, rotary, rows,
-                     tree_sum, verdict)
+                     gemm, fast_producers, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
+from kernels.gemm import fast as gemm_fast
+from kernels.gemm.exact import definition as exact_definition, residues as exact_residues
 
 
 # ---- the Device type -------------------------------------------------------------------
@@ -122,8 +122,14 @@ def engine_facts() raises -> PythonObject:
     facts["embedding_chunk"] = PythonObject(embedding.CHUNK)
     facts["rotary_pairs_per_task"] = PythonObject(rotary.PAIRS_PER_TASK)
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
-    facts["exact_gemm_max_k"] = PythonObject(gemm_exact.MAX_K)
-    facts["exact_residue_alignment"] = PythonObject(gemm_exact.RESIDUE_ALIGNMENT)
+    facts["exact_gemm_max_k"] = PythonObject(exact_definition.MAX_K)
+    facts["exact_residue_alignment"] = PythonObject(exact_residues.RESIDUE_ALIGNMENT)
+    var group_forms = Python.dict()
+    group_forms["fma"] = PythonObject(gemm.GROUP_FMA)
+    group_forms["exact_summed"] = PythonObject(gemm.GROUP_EXACT_SUMMED)
+    group_forms["exact_shared_a"] = PythonObject(gemm.GROUP_EXACT_SHARED_A)
+    group_forms["apart"] = PythonObject(gemm.GROUP_APART)
+    facts["gemm_group_forms"] = group_forms
     facts["form_weighted_sigmoid"] = PythonObject(contrastive.FORM_WEIGHTED_SIGMOID)
     facts["form_ranked"] = PythonObject(contrastive.FORM_RANKED)
     facts["norm_epsilon"] = PythonObject(Float64(contrastive.NORM_EPSILON))
@@ -180,67 +186,40 @@ def launch_fast_attention[body: GpuTeamBody, registers: Int](dev: DevicePtr, n: 
         raise Error("fast attention: head_dim ", head_dim, " has no fast kernel")
 
 
-@fieldwise_init
-struct ProductCall(ImplicitlyCopyable, Movable):
-    """One GEMM call's operands: C[M×N] (+)= op(A)·op(B), with the workspace the product asks for (0: none), for
-    fast mode A's and B's bf16 copies (0: none), the k-range length of an Aᵀ·B product summed by rows (0: none;
-    kernels/gemm.mojo) and the fused exact kernel's split of k (0: its own choice). It travels to its launcher in
-    Args slots (`of`), as every kernel's operands do."""
-
-    var c: F32Ptr
-    var a: F32Ptr
-    var b: F32Ptr
-    var M: Int
-    var N: Int
-    var K: Int
-    var accumulate: Bool
-    var a16: Int
-    var b16: Int
-    var workspace: Int
-    var range_length: Int
-    var splits: Int
-
-    @staticmethod
-    def of(args: Args) -> ProductCall:
-        """The call from its slots: addresses c a b a16 b16 workspace, sizes M N K accumulate range_length splits."""
-        return ProductCall(args.f32(0), args.f32(1), args.f32(2), args.size(0), args.size(1), args.size(2),
-                           args.flag(3), Int(args.addresses[3]), Int(args.addresses[4]), Int(args.addresses[5]),
-                           args.size(4), args.size(5))
-
-
-comptime ProductBody = def[transpose_a: Bool, transpose_b: Bool](DevicePtr, ProductCall) raises thin -> None
-"""A GEMM form run for one layout: the identical, the fast or the exact product."""
-
-
-def product[body: ProductBody](
+def product[body: gemm.ProductBody](
     device: PythonObject, c: PythonObject, a: PythonObject, b: PythonObject,
     M: PythonObject, N: PythonObject, K: PythonObject,
     transpose_a: PythonObject, transpose_b: PythonObject, accumulate: PythonObject, a16: PythonObject,
     b16: PythonObject, workspace: PythonObject, range_length: PythonObject, splits: PythonObject,
 ) raises -> PythonObject:
-    """C[M×N] (+)= op(A)·op(B) by `body`, compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
+    """C[M×N] (+)= op(A)·op(B) by `body` (kernels/gemm), compiled for each of the layouts A·B, Aᵀ·B and A·Bᵀ."""
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
-    var args = Args.empty()
-    var addresses = (c, a, b, a16, b16, workspace)
-    comptime for i in range(6):
-        args.addresses[i] = Int64(Int(py=addresses[i]))
-    args.sizes[0] = Int64(Int(py=M))
-    args.sizes[1] = Int64(Int(py=N))
-    args.sizes[2] = Int64(Int(py=K))
-    args.sizes[3] = Int64(Int(Bool(py=accumulate)))
-    args.sizes[4] = Int64(Int(py=range_length))
-    args.sizes[5] = Int64(Int(py=splits))
+    var args = gemm.ProductCall(
+        f32_at(Int(py=c)), f32_at(Int(py=a)), f32_at(Int(py=b)), Int(py=M), Int(py=N), Int(py=K),
+        Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace), Int(py=range_length), Int(py=splits),
+    ).args()
     var dev = device_of(device)
     if ta:
-        record_or_launch[launch_product[body, True, False]](dev, 1, args)
+        record_or_launch[gemm.launch_product[body, True, False]](dev, 1, args)
     elif tb:
-        record_or_launch[launch_product[body, False, True]](dev, 1, args)
+        record_or_launch[gemm.launch_product[body, False, True]](dev, 1, args)
     else:
-        record_or_launch[launch_product[body, False, False]](dev, 1, args)
+        record_or_launch[gemm.launch_product[body, False, False]](dev, 1, args)
     return PythonObject(None)
+
+
+def terms_of(values: PythonObject) raises -> gemm.Terms:
+    """A Python list of one to GROUP_TERMS integers, as the group's per-term array (zeros past its length)."""
+    var terms = Int(py=len(values))
+    if terms < 1 or terms > gemm.GROUP_TERMS:
+        raise Error("gemm: a group holds 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
+    var array = gemm.Terms(fill=0)
+    for t in range(terms):
+        array[t] = Int(py=values[t])
+    return array^
 
 
 def product_group(
@@ -248,161 +227,30 @@ def product_group(
     N: PythonObject, K: PythonObject, x: PythonObject, transpose_a: PythonObject, transpose_b: PythonObject,
     accumulate: PythonObject, workspace: PythonObject, range_length: PythonObject,
 ) raises -> PythonObject:
-    """A group of identical products (kernels/gemm.mojo, gemm_group_on): c, a, b and x are lists of one to three
-    terms' addresses and varying sizes (N_t apart, K_t summed). Products apart that the exact GEMM's shape rule
-    takes group only when all of them are exact and of one A, whose planes are then found once
-    (gemm_exact_shared_a_on); summed terms are one product over their joined k, exact where the rule takes the
-    joined product (gemm_exact_summed_on)."""
+    """A group of identical products (kernels/gemm, group_form): c, a, b and x are lists of one to three terms'
+    addresses and varying sizes (N_t apart, K_t summed)."""
     var ta = Bool(py=transpose_a)
     var tb = Bool(py=transpose_b)
     if ta and tb:
         raise Error("gemm: transposing both A and B is not supported")
-    var terms = Int(py=len(c))
-    if terms < 1 or terms > gemm.GROUP_TERMS:
-        raise Error("gemm_group: 1 to ", gemm.GROUP_TERMS, " products, got ", terms)
-    var args = Args.empty()
-    var exact = 0
-    var joined = 0
-    for t in range(terms):
-        joined += Int(py=x[t])
-    if Bool(py=summed) and gemm_exact.exact_applies(Int(py=M), Int(py=N), joined, Int(py=range_length)):
-        if Int(py=range_length) > 0:
-            raise Error("gemm_group: summed exact products take no k ranges")
-        exact = terms
-    for t in range(terms):
-        var n = Int(py=x[t]) if not Bool(py=summed) else Int(py=N)
-        if not Bool(py=summed) and gemm_exact.exact_applies(Int(py=M), n, Int(py=K), Int(py=range_length)):
-            exact += 1
-            if Int(py=a[t]) != Int(py=a[0]):
-                raise Error("gemm_group: a ", Int(py=M), "×", n, "×", Int(py=K), " product is the exact GEMM's, which",
-                            " groups apart only of one A (gemm runs it)")
-        args.addresses[t] = Int64(Int(py=c[t]))
-        args.addresses[gemm.GROUP_TERMS + t] = Int64(Int(py=a[t]))
-        args.addresses[2 * gemm.GROUP_TERMS + t] = Int64(Int(py=b[t]))
-        args.sizes[3 + t] = Int64(Int(py=x[t]))
-    args.addresses[3 * gemm.GROUP_TERMS] = Int64(Int(py=workspace))
-    args.sizes[0] = Int64(Int(py=M))
-    args.sizes[1] = Int64(Int(py=N))
-    args.sizes[2] = Int64(Int(py=K))
-    if 0 < exact < terms:
-        raise Error("gemm_group: exact products group only with exact ones (gemm runs each)")
-    var flags = terms | (Int(Bool(py=summed)) << 2) | (Int(Bool(py=accumulate)) << 3) | (Int(exact > 0) << 4)
-    args.sizes[6] = Int64(flags)
-    args.sizes[7] = Int64(Int(py=range_length))
+    var args = gemm.group_args(terms_of(c), terms_of(a), terms_of(b), Int(py=M), Int(py=N), Int(py=K), terms_of(x),
+                               Int(py=len(c)), Bool(py=summed), Bool(py=accumulate), Int(py=workspace),
+                               Int(py=range_length))
     var dev = device_of(device)
     if ta:
-        record_or_launch[launch_product_group[True, False]](dev, 1, args)
+        record_or_launch[gemm.launch_product_group[True, False]](dev, 1, args)
     elif tb:
-        record_or_launch[launch_product_group[False, True]](dev, 1, args)
+        record_or_launch[gemm.launch_product_group[False, True]](dev, 1, args)
     else:
-        record_or_launch[launch_product_group[False, False]](dev, 1, args)
+        record_or_launch[gemm.launch_product_group[False, False]](dev, 1, args)
     return PythonObject(None)
 
 
-struct GroupSlots(Movable):
-    """The operands of a group of products, from the slots product_group fills: each term's C, A and B, its varying
-    size (N_t apart, K_t summed), and the flags (terms, summed, accumulate, exact)."""
-
-    comptime T = gemm.GROUP_TERMS
-    var c: Array[F32Ptr, Self.T]
-    var a: Array[F32Ptr, Self.T]
-    var b: Array[F32Ptr, Self.T]
-    var sizes: Array[Int, Self.T]
-    var terms: Int
-    var summed: Bool
-    var accumulate: Bool
-    var exact: Bool
-
-    def __init__(out self, args: Args):
-        self.c = Array[F32Ptr, Self.T](fill=args.f32(0))
-        self.a = Array[F32Ptr, Self.T](fill=args.f32(Self.T))
-        self.b = Array[F32Ptr, Self.T](fill=args.f32(2 * Self.T))
-        self.sizes = Array[Int, Self.T](fill=0)
-        comptime for t in range(Self.T):
-            self.c[t] = args.f32(t)
-            self.a[t] = args.f32(Self.T + t)
-            self.b[t] = args.f32(2 * Self.T + t)
-            self.sizes[t] = args.size(3 + t)
-        var flags = args.size(6)
-        self.terms = flags & 3
-        self.summed = (flags >> 2) & 1 != 0
-        self.accumulate = (flags >> 3) & 1 != 0
-        self.exact = (flags >> 4) & 1 != 0
-
-
-def launch_product_group[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
-    """A group of products (n is 1) as a launcher, from the slots product_group fills: exact and summed, one product
-    over the terms' joined k; exact and apart, products of one A; else the fma chain's group."""
-    var group = GroupSlots(args)
-    if group.exact and group.summed:
-        gemm_exact.gemm_exact_summed_on[transpose_a, transpose_b, GroupSlots.T](
-            dev, group.c[0], group.a, group.b, args.size(0), args.size(1), group.sizes, group.terms, group.accumulate,
-            Int(args.addresses[3 * GroupSlots.T]),
-        )
-    elif group.exact:
-        gemm_exact.gemm_exact_shared_a_on[transpose_a, transpose_b, GroupSlots.T](
-            dev, group.c, group.a[0], group.b, args.size(0), group.sizes, group.terms, args.size(2), group.accumulate,
-            Int(args.addresses[3 * GroupSlots.T]), args.size(7),
-        )
-    else:
-        gemm.gemm_group_on[transpose_a, transpose_b](
-            dev, group.terms, group.summed, group.c, group.a, group.b, args.size(0), args.size(1), args.size(2),
-            group.sizes, group.accumulate, args.f32(3 * GroupSlots.T), args.size(7),
-        )
-
-
-def launch_product[body: ProductBody, transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, n: Int, args: Args) raises:
-    """One product (n is 1) as a launcher."""
-    body[transpose_a, transpose_b](dev, ProductCall.of(args))
-
-
-def identical_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The identical GEMM: the exact product (kernels/gemm_exact.mojo, its fused form on a Hopper GPU) where the
-    canonical shape rule takes it (gemm_exact.exact_applies), else the fma chain (kernels/gemm.mojo); with k ranges
-    either way summed by the row tree. The workspace holds gemm_workspace's bytes."""
-    if gemm_exact.exact_applies(p.M, p.N, p.K, p.range_length):
-        # the fused kernel at its own split of k, never cuBLAS's plane products (fused_pays' other choice), whose
-        # calls a recorded device graph (the language model's step plans) cannot hold
-        gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
-            dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, gemm_exact.fused_splits(p.M, p.N, p.K, 0),
-            p.range_length,
-        )
-    else:
-        fma_product[transpose_a, transpose_b](dev, p)
-
-
-def fma_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The fma chain (kernels/gemm.mojo) whatever the shape; the workspace holds its k ranges' partial sums."""
-    gemm.gemm_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, f32_at(p.workspace),
-                                           p.range_length)
-
-
-def fast_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """Fast mode's GEMM (kernels/gemm_fast.mojo); the workspace holds the bf16 copies not given."""
-    gemm_fast.gemm_fast_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.a16,
-                                                     p.b16, p.workspace)
-
-
-def exact_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The exact GEMM (kernels/gemm_exact.mojo); the workspace holds the limbs and exponents."""
-    gemm_exact.gemm_exact_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
-                                                       p.workspace)
-
-
-def exact_residue_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The exact GEMM's residue form (kernels/gemm_exact.mojo): the same value from residues modulo primes (the
-    GPU's on its tensor cores, the CPU's with vpmaddwd); the workspace holds the residue planes and their products."""
-    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b](dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate,
-                                                                p.workspace, p.splits, p.range_length)
-
-
-def exact_fused_product[transpose_a: Bool, transpose_b: Bool](dev: DevicePtr, p: ProductCall) raises:
-    """The exact GEMM's fused tensor-core form (kernels/gemm_exact.mojo, exact_fused_tile): the residue form with
-    its plane products and reconstruction in the fused GPU kernel, k split into p.splits ranges (0: the kernel's
-    choice); on the CPU the unfused residue form."""
-    gemm_exact.gemm_exact_residues_on[transpose_a, transpose_b, fused=True](
-        dev, p.c, p.a, p.b, p.M, p.N, p.K, p.accumulate, p.workspace, p.splits, p.range_length
-    )
+def gemm_group_form(M: PythonObject, N: PythonObject, K: PythonObject, x: PythonObject, summed: PythonObject,
+                    one_a: PythonObject, range_length: PythonObject) raises -> PythonObject:
+    """The form (gemm.GROUP_*) a group of products of the sizes x runs (gemm.group_form)."""
+    return PythonObject(gemm.group_form(Int(py=M), Int(py=N), Int(py=K), terms_of(x), Int(py=len(x)),
+                                        Bool(py=summed), Bool(py=one_a), Int(py=range_length)))
 
 
 def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raises -> PythonObject:
@@ -410,74 +258,39 @@ def gemm_fast_workspace(M: PythonObject, N: PythonObject, K: PythonObject) raise
     return PythonObject(gemm_fast.workspace_bytes(Int(py=M), Int(py=N), Int(py=K)))
 
 
-def exact_workspace_bytes(M: Int, N: Int, K: Int, splits: Int, range_length: Int, gpu: Bool, fused: Bool) -> Int:
-    """Bytes of the workspace an exact M×N×K product needs on a GPU or on the CPU, in any form (the fused one's k in
-    `splits` ranges, 0 its own choice; k cut into ranges of range_length, 0 none; `fused`: the fused form)."""
-    if 0 < range_length < K:
-        return gemm_exact.ranged_workspace_bytes(M, N, K, range_length, gpu, fused)
-    return max(gemm_exact.workspace_bytes(M, N, K), gemm_exact.residue_workspace_bytes(M, N, K, splits, gpu))
-
-
 def gemm_exact_workspace(
     M: PythonObject, N: PythonObject, K: PythonObject, splits: PythonObject, range_length: PythonObject,
     gpu: PythonObject, fused: PythonObject,
 ) raises -> PythonObject:
-    """exact_workspace_bytes for Python."""
-    return PythonObject(exact_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Int(py=splits), Int(py=range_length),
-                                              Bool(py=gpu), Bool(py=fused)))
+    """Bytes of the workspace an exact product needs in any form (gemm.exact_workspace_bytes)."""
+    return PythonObject(gemm.exact_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Int(py=splits),
+                                                   Int(py=range_length), Bool(py=gpu), Bool(py=fused)))
 
 
 def gemm_shared_a_workspace(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject,
                             gpu: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace of exact products of one A apart (gemm_exact_shared_a_on) over the terms' n in the list
-    N: the product of their columns joined where it runs them so (gemm_exact.columns_joined), else the largest
-    product's."""
-    var m = Int(py=M)
-    var k = Int(py=K)
-    var k_range = Int(py=range_length)
-    var on_gpu = Bool(py=gpu)
-    var terms = Int(py=len(N))
-    var columns = 0
-    var largest = 0
-    for t in range(terms):
-        var n = Int(py=N[t])
-        columns += n
-        largest = max(largest, exact_workspace_bytes(m, n, k, 0, k_range, on_gpu, True))
-    if gemm_exact.columns_joined(k, k_range, terms, on_gpu):
-        return PythonObject(exact_workspace_bytes(m, columns, k, 0, k_range, on_gpu, True))
-    return PythonObject(largest)
+    """Bytes of the workspace of exact products of one A apart over the terms' n in the list N
+    (gemm.shared_a_workspace_bytes)."""
+    return PythonObject(gemm.shared_a_workspace_bytes(Int(py=M), terms_of(N), Int(py=len(N)), Int(py=K),
+                                                      Int(py=range_length), Bool(py=gpu)))
 
 
 def gemm_summed_workspace(M: PythonObject, N: PythonObject, K: PythonObject, gpu: PythonObject) raises -> PythonObject:
     """Bytes of the workspace of summed exact products (gemm_exact_summed_on) over the terms' k in the list K."""
-    var terms = Int(py=len(K))
-    if terms < 1 or terms > gemm.GROUP_TERMS:
-        raise Error("gemm_summed_workspace: 1 to ", gemm.GROUP_TERMS, " terms, got ", terms)
-    var k = Array[Int, gemm.GROUP_TERMS](fill=0)
-    for t in range(terms):
-        k[t] = Int(py=K[t])
-    return PythonObject(gemm_exact.summed_workspace_bytes(Int(py=M), Int(py=N), k, terms, Bool(py=gpu)))
+    return PythonObject(gemm.summed_workspace_bytes(Int(py=M), Int(py=N), terms_of(K), Int(py=len(K)), Bool(py=gpu)))
 
 
 def gemm_is_exact(M: PythonObject, N: PythonObject, K: PythonObject, range_length: PythonObject) raises -> PythonObject:
     """Whether the identical GEMM runs an M×N×K product (k cut into ranges of range_length, 0 none) exactly
-    (gemm_exact.exact_applies)."""
-    return PythonObject(gemm_exact.exact_applies(Int(py=M), Int(py=N), Int(py=K), Int(py=range_length)))
+    (gemm.exact_applies)."""
+    return PythonObject(gemm.exact_applies(Int(py=M), Int(py=N), Int(py=K), Int(py=range_length)))
 
 
 def gemm_workspace(M: PythonObject, N: PythonObject, K: PythonObject, transpose_a: PythonObject,
                    range_length: PythonObject, gpu: PythonObject, fma_only: PythonObject) raises -> PythonObject:
-    """Bytes of the workspace the identical GEMM needs for an M×N×K product: the exact form's where the rule takes
-    it (gemm_is_exact) unless `fma_only` (the engine's gemm_fma), else the fma chain's partial sums of its k ranges
-    (none for one range)."""
-    var m = Int(py=M)
-    var n = Int(py=N)
-    var k = Int(py=K)
-    var k_range = Int(py=range_length)
-    if not Bool(py=fma_only) and gemm_exact.exact_applies(m, n, k, k_range):
-        return PythonObject(exact_workspace_bytes(m, n, k, 0, k_range, Bool(py=gpu), True))
-    var chunks = gemm.k_chunks(m, n, k, Bool(py=transpose_a), k_range)
-    return PythonObject(4 * chunks * m * n if chunks > 1 else 0)
+    """Bytes of the workspace the identical GEMM needs for an M×N×K product (gemm.identical_workspace_bytes)."""
+    return PythonObject(gemm.identical_workspace_bytes(Int(py=M), Int(py=N), Int(py=K), Bool(py=transpose_a),
+                                                       Int(py=range_length), Bool(py=gpu), Bool(py=fma_only)))
 
 
 def register[launch: Launcher](
@@ -552,18 +365,19 @@ def PyInit__engine() abi("C") -> PythonObject:
         )
         m.def_function[gpu_count]("gpu_count")
         m.def_function[has_accelerator]("has_accelerator")
-        m.def_function[product[identical_product]]("gemm")
-        m.def_function[product[fma_product]]("gemm_fma")
+        m.def_function[product[gemm.identical_product]]("gemm")
+        m.def_function[product[gemm.fma_product]]("gemm_fma")
         m.def_function[gemm_workspace]("gemm_workspace")
         m.def_function[product_group]("gemm_group")
         m.def_function[gemm_summed_workspace]("gemm_summed_workspace")
         m.def_function[gemm_shared_a_workspace]("gemm_shared_a_workspace")
-        m.def_function[product[exact_product]]("gemm_exact")
-        m.def_function[product[exact_residue_product]]("gemm_exact_residues")
-        m.def_function[product[exact_fused_product]]("gemm_exact_fused")
+        m.def_function[product[gemm.exact_product]]("gemm_exact")
+        m.def_function[product[gemm.exact_residue_product]]("gemm_exact_residues")
+        m.def_function[product[gemm.exact_fused_product]]("gemm_exact_fused")
         m.def_function[gemm_exact_workspace]("gemm_exact_workspace")
         m.def_function[gemm_is_exact]("gemm_is_exact")
-        m.def_function[product[fast_product]]("gemm_fast")
+        m.def_function[gemm_group_form]("gemm_group_form")
+        m.def_function[product[gemm.fast_product]]("gemm_fast")
         m.def_function[gemm_fast_workspace]("gemm_fast_workspace")
         var k = Python.dict()
         index[gemm_fast.cast_bf16](m, k, "cast_bf16", gemm_fast.CAST_BF16)

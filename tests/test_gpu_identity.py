@@ -117,7 +117,7 @@ def test_portable_math_bits_match_cpu(op):
 GEMM_CASES = [c for c in all_cases() if c[0].startswith("gemm-")]
 
 
-TILINGS = ["large", "large-k16", "small", "small-8x8", "tiny"]  # UFORM_GEMM_TILE (mojo/kernels/gemm.mojo)
+TILINGS = ["large", "large-k16", "small", "small-8x8", "tiny"]  # UFORM_GEMM_TILE (mojo/kernels/gemm/fma.mojo)
 
 
 @pytest.mark.parametrize("tile", TILINGS)

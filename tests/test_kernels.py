@@ -32,6 +32,23 @@ def test_silu_kernel_gives_unary_silus_bits(device):
     assert np.array_equal(own.numpy().view(np.uint32), generic.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("sizes,k,summed,one_a,form", [
+    ((128, 37, 600), 512, True, False, "exact_summed"),  # 765 k joined: the rule takes it, no term alone
+    ((128, 37), 256, True, True, "fma"),  # 165 k joined: below the rule
+    ((512, 520), 512, False, True, "exact_shared_a"),  # q, k and v of one input at an exact size
+    ((512, 520), 512, False, False, "apart"),  # exact products of two A: each runs alone
+    ((512, 64), 512, False, True, "apart"),  # one exact product beside an fma one
+    ((64, 32, 32), 512, False, True, "fma"),
+])
+def test_gemm_group_form_follows_the_shape_rule(sizes, k, summed, one_a, form):
+    """The engine's one group rule (mojo/kernels/gemm, group_form), which gemm_group asks: summed terms are one exact
+    product where gemm_is_exact takes their joined k; products apart are exact together only when the rule takes
+    every one and they share an A."""
+    m = 520
+    n = 512 if summed else sizes[0]
+    assert K._gemm_group_form(m, n, k, sizes, summed, one_a, 0) == K.GEMM_GROUP_FORMS[form]
+
+
 @pytest.mark.parametrize("summed", [False, True], ids=["apart", "summed"])
 @pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("m,sizes,shared,accumulate", [

@@ -10,7 +10,7 @@ read instead of an fp32 result that only those GEMMs would read.
     rotary_fast (rotary.mojo):  y16 = bf16(rotary(x)), or rotary in place on 16-byte vectors
 
 Every fp32 value here is computed by the same operations, in the same order, as the identical kernels that
-this fusion replaces (norms.rmsnorm_forward/backward, pointwise.add/silu/silu_backward, gemm_fast.cast_bf16),
+this fusion replaces (norms.rmsnorm_forward/backward, pointwise.add/silu/silu_backward, gemm/fast.mojo cast_bf16),
 so each bf16 copy has the bits of that chain's: the fusion saves passes over memory, not arithmetic. They
 run under both launchers (the CPU runs them only in tests: the trainers use them in fast mode on a GPU).
 
@@ -26,7 +26,7 @@ from engine.launch import Args, Interface
 from engine.reduction import LANES, row_reduce, row_stride
 from kernels.norms import LANE_VALUES, normed_lane_row
 from engine import numerics
-from kernels.gemm_fast import BF16Ptr, CAST_LANES
+from kernels.gemm.fast import BF16Ptr, CAST_LANES
 
 @always_inline
 def bf16_at(args: Args, slot: Int) -> BF16Ptr:

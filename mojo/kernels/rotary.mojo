@@ -24,7 +24,7 @@ a CPU call all of them as the lanes of one vector, each lane computed as it woul
 """
 
 from engine.launch import Args, Interface
-from kernels.gemm_fast import BF16Ptr
+from kernels.gemm.fast import BF16Ptr
 
 comptime ROTARY = Interface("x positions cos sin", "heads head_dim axes", "direction")
 comptime ROTARY_FAST = Interface("x positions cos sin y16", "heads head_dim axes", "direction")

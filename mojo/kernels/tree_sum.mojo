@@ -21,7 +21,7 @@ struct TreeSum(ImplicitlyCopyable, Movable):
     """tree_sum's operands: `count` partials of out's `size` values, side by side; or, with `columns` > 0, partials
     whose rows of `stride` floats each begin with one of out's rows of `columns` (a product of several joined along
     their columns: each partial a range's M × (N_0 + N_1 + …) outputs, out one product's M × N_t, `partials` at its
-    first column; gemm_exact.tree_of_ranges). A vector of w outputs stays in one row: columns a multiple of w (the
+    first column; kernels/gemm/exact/ranges.mojo, tree_of_ranges). A vector of w outputs stays in one row: columns a multiple of w (the
     GPU's lanes take one output each)."""
 
     var out: F32Ptr

@@ -161,7 +161,7 @@ CUBLAS_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13")  # Lt first: libcubl
 
 @functools.cache
 def load_cublas() -> None:
-    """Make cuBLAS loadable for fast mode's GEMMs (kernels/gemm_fast.mojo).
+    """Make cuBLAS loadable for fast mode's GEMMs (mojo/kernels/gemm/fast.mojo).
 
     MAX's binding opens ``libcublas.so.13`` by name, which the dynamic loader finds on its search path
     or, failing that, among the libraries already loaded. NVIDIA's ``nvidia-cublas`` wheel (which

@@ -34,6 +34,7 @@ FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: 
 FORM_RANKED = FACTS["form_ranked"]
 EXACT_GEMM_MAX_K = FACTS["exact_gemm_max_k"]  # the longest contraction the exact GEMM's definition covers
 EXACT_RESIDUE_ALIGNMENT = FACTS["exact_residue_alignment"]  # k a residue line is padded to a multiple of
+GEMM_GROUP_FORMS = FACTS["gemm_group_forms"]  # the forms a group of products runs: fma, exact_summed, exact_shared_a, apart
 CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -218,6 +219,13 @@ def _gemm_workspace_bytes(m: int, n: int, k: int, transpose_a: bool, k_range: in
     return int(_engine.gemm_workspace(m, n, k, bool(transpose_a), int(k_range), bool(gpu), bool(fma_only)))
 
 
+@functools.lru_cache(maxsize=4096)
+def _gemm_group_form(m: int, n: int, k: int, sizes: tuple[int, ...], summed: bool, one_a: bool, k_range: int) -> int:
+    """The form (a value of GEMM_GROUP_FORMS) a group of products runs, as the engine decides it (mojo/kernels/gemm,
+    group_form): sizes are the terms' k summed, their n apart; one_a whether they share one A."""
+    return int(_engine.gemm_group_form(m, n, k, list(sizes), bool(summed), bool(one_a), int(k_range)))
+
+
 @functools.lru_cache(maxsize=1024)
 def _gemm_summed_workspace_bytes(m: int, n: int, ks: tuple[int, ...], gpu: bool) -> int:
     """Bytes of the workspace of summed exact products over the terms' k (``gemm_group``)."""
@@ -265,7 +273,7 @@ def _scratch_bytes(device, nbytes: int) -> Buffer:
 def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
                transpose_a: bool = False, transpose_b: bool = False, accumulate: bool = False,
                residues: bool | str = False, splits: int = 0, k_range: int = 0) -> None:
-    """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, kernels/gemm_exact.mojo): the
+    """C[m×n] (+)= op(A)·op(B) as the exact GEMM defines it (docs/numerics.md, mojo/kernels/gemm/exact/): the
     operands cut to fixed point from their rows' and columns' exponents, summed exactly, rounded once. The
     identical GEMM (``gemm``) runs it where ``gemm_is_exact``; layouts as ``gemm``, and k_range as there (Aᵀ·B,
     the residue forms: each range its own exact product, the ranges combined by the row tree).
@@ -274,8 +282,8 @@ def gemm_exact(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *,
     on the CPU int16 residue planes and AVX2, the fastest exact form there) and ``residues="fused"``, whose plane
     products and reconstruction run in one kernel on a Hopper GPU (no int32 planes in memory), k split into
     ``splits`` ranges (0: the kernel's own choice, which leaves to the unfused form the products whose k the kernel
-    would split: gemm_exact.fused_pays; the bits never depend on it); the CPU has no fused kernel and runs its
-    residue form for it."""
+    would split: fused_pays in mojo/kernels/gemm/exact/fused_sm90.mojo; the bits never depend on it); the CPU has
+    no fused kernel and runs its residue form for it."""
     for name, value in (("splits", splits), ("k_range", k_range)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"gemm_exact: {name} must be an int >= 0, got {value!r}")
@@ -314,14 +322,14 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
 
     The identical GEMM: the exact GEMM (``gemm_exact``: one rounding of the exact sum; on a Hopper GPU its fused
     form) where the canonical shape rule takes the product (``gemm_is_exact``), else the fma chain of
-    kernels/gemm.mojo; the same bits on every device either way (docs/numerics.md).
+    mojo/kernels/gemm/fma.mojo; the same bits on every device either way (docs/numerics.md).
 
     k_range > 0 (Aᵀ·B only): k cut into ranges of that length (a packed row, or a block of rows), each its own
     product (an exact one, or an fma chain, by the rule applied to the range's length), combined by the row tree
     (``tree_sum``), so devices holding aligned blocks of rows can sum their own and combine (docs/mesh.md); 0: the
     canonical rule. Fast products ignore it.
 
-    fast=True on a GPU: fast mode's bf16 tensor-core product (kernels/gemm_fast.mojo), reading A's and B's bf16
+    fast=True on a GPU: fast mode's bf16 tensor-core product (mojo/kernels/gemm/fast.mojo), reading A's and B's bf16
     copies from a16 and b16 when given (``cast_bf16`` of A and of B, or a fast producer's copy, made once for
     several products) and rounding them itself otherwise; an operand given by its copy alone may be None. On the
     CPU, fast mode runs this identical GEMM on the fp32 operands and ignores the copies."""
@@ -341,7 +349,7 @@ def gemm(c: Buffer, a: Buffer | None, b: Buffer | None, m: int, n: int, k: int, 
 
 def gemm_fma(c: Buffer, a: Buffer, b: Buffer, m: int, n: int, k: int, *, transpose_a: bool = False,
              transpose_b: bool = False, accumulate: bool = False, k_range: int = 0) -> None:
-    """The fma chain of kernels/gemm.mojo (each output one fma chain in the canonical order, k ranges as
+    """The fma chain of mojo/kernels/gemm/fma.mojo (each output one fma chain in the canonical order, k ranges as
     ``gemm`` takes them) whatever the shape: what ``gemm`` runs below the exact GEMM's shape rule, here for
     benchmarks and tests of the chain at any size."""
     label = "gemm_fma" + ("_at" if transpose_a else "_bt" if transpose_b else "")
@@ -383,7 +391,7 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
     bits of ``gemm`` on the joined operands (gemm_exact_summed_on); else the fma chain's C (+)= op(A_0)·op(B_0),
     then C += op(A_t)·op(B_t) in order, as ``gemm`` calls with accumulate after the first.
     On a GPU, small products (a few tiles each, whose time is their launch) run as one launch; otherwise one
-    after another (mojo/kernels/gemm.mojo, gemm_group_on). Products apart that the exact GEMM's shape rule takes
+    after another (mojo/kernels/gemm/fma.mojo, gemm_group_on). Products apart that the exact GEMM's shape rule takes
     run one after another too, by ``gemm``, unless all of them are exact and of one A (q, k and v of one input,
     their weight gradients): then one call, which on a GPU finds A's residue planes once where it finds them for a
     whole product (gemm_exact_shared_a_on: unranged, or k ranges of whole stages run together), and runs products
@@ -410,7 +418,10 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         raise ValueError("gemm_group: each C must be a buffer of its own, apart from every A and B (the products "
                          "of one launch run at once)")
     label = "gemm_group" + ("_at" if transpose_a else "_bt" if transpose_b else "")
-    if summed and gemm_is_exact(m, ns[0], sum(ks), k_range):  # one exact product over the joined k
+    varying = ks if summed else ns
+    form = _gemm_group_form(m, ns[0], ks[0], tuple(varying), bool(summed),
+                            all(a.address == as_[0].address for a in as_), int(k_range))
+    if form == GEMM_GROUP_FORMS["exact_summed"]:  # one exact product over the joined k
         if k_range:
             raise ValueError("gemm_group: summed exact products take no k ranges")
         step = EXACT_RESIDUE_ALIGNMENT
@@ -420,20 +431,18 @@ def gemm_group(cs: list[Buffer], as_: list[Buffer], bs: list[Buffer], m: int, ns
         label += "_exact_summed"
         nbytes = _gemm_summed_workspace_bytes(m, ns[0], tuple(ks), device.is_gpu)
     else:
-        exact = [not summed and gemm_is_exact(m, n, k, k_range) for n, k in zip(ns, ks)]
-        if any(exact) and not (all(exact) and all(a.address == as_[0].address for a in as_)):
+        if form == GEMM_GROUP_FORMS["apart"]:
             for c, a, b, n in zip(cs, as_, bs, ns):  # the exact GEMM's products apart run alone
                 gemm(c, a, b, m, n, ks[0], transpose_a=transpose_a, transpose_b=transpose_b, accumulate=accumulate,
                      k_range=k_range)
             return
-        if all(exact):  # products of one A: their shared workspace
+        if form == GEMM_GROUP_FORMS["exact_shared_a"]:  # products of one A: their shared workspace
             label += "_exact" + ("_rows" if k_range else "")
             nbytes = _gemm_shared_a_workspace_bytes(m, tuple(ns), ks[0], int(k_range), device.is_gpu)
         else:  # the largest of the fma chains' partial sums (a product cut into k ranges), which serves each in turn
             nbytes = max(_gemm_workspace_bytes(m, n, k, bool(transpose_a), int(k_range), device.is_gpu, True)
                          for n, k in zip(ns, ks))
     workspace = _scratch_bytes(device, nbytes).address if nbytes else 0
-    varying = ks if summed else ns
     _call("gemm_group", _engine.gemm_group, device, bool(summed), [c.address for c in cs],
           [a.address for a in as_], [b.address for b in bs], m, ns[0], ks[0], varying, bool(transpose_a),
           bool(transpose_b), bool(accumulate), workspace, int(k_range), label=label)

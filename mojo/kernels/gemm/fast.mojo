@@ -4,7 +4,7 @@
 
 bf16(x) rounds an fp32 value to the nearest bfloat16 (ties to even). The products and their sum
 are taken in fp32 by cuBLAS (`CUBLAS_COMPUTE_32F`), written to the fp32 C. Operands and layouts
-are those of the identical GEMM (kernels/gemm.mojo): the trainers keep fp32 master weights, and
+are those of the identical GEMM (kernels/gemm/fma.mojo): the trainers keep fp32 master weights, and
 fp32 activations except those that only GEMMs read, so `cast_bf16` writes bf16 copies of A and B
 (into a workspace, or once into a copy the caller keeps and passes to every product that reads
 that operand, unless the operand's producer wrote that copy: kernels/fast_producers.mojo), then
