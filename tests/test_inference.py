@@ -26,11 +26,28 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     prefix = encoder.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64)
     assert np.array_equal(prefix, trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64))
     assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
+    on_two = uform.Encoder.load(tmp_path / "model.safetensors", executor=uform.Executor.for_ram(2))
+    assert np.array_equal(on_two.encode(uform.Modality.TEXT, TEXTS[:4]), ours[:4])
 
     crowd = [f"item number {i} of the crowd" for i in range(100)]
     alone = encoder.encode(uform.Modality.TEXT, TEXTS[1:2])
     among = encoder.encode(uform.Modality.TEXT, crowd[:37] + TEXTS[1:2] + crowd[37:], batch_size=16)
     assert np.array_equal(among[37:38], alone)
+
+
+def test_a_worlds_checkpoint_loads_on_one_device(tmp_path):
+    """A checkpoint of a world of two devices records the world's whole batch: it loads on one device, and the
+    encoder embeds as the world's trainer did."""
+    trainer = uform.Trainer.init_vram(
+        uform.Executor.for_ram(2), depth=1, hidden=128, objective=uform.Objective.JOINT,
+        batch=uform.BatchShape(max_rows_per_device=2, max_segments_per_device=4, max_columns_per_row=48),
+        schedule=uform.Schedule(steps=10), seed=7)
+    trainer.step([uform.Modality.TEXT] * 4, TEXTS[:4], relations=uform.Relations(attract=(np.arange(5), [1, 0, 3, 2])))
+    trainer.save(tmp_path / "world.safetensors")
+    encoder = uform.Encoder.load(tmp_path / "world.safetensors", executor="cpu")
+    assert encoder.trainer.run.batch.max_rows_per_device == 4
+    assert np.array_equal(encoder.encode(uform.Modality.TEXT, TEXTS[:4]),
+                          trainer.encode([uform.Modality.TEXT] * 4, TEXTS[:4]))
 
 
 def test_a_loaded_encoder_keeps_the_parameters_alone_and_refuses_to_train(tmp_path):

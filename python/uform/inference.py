@@ -59,7 +59,8 @@ def run_settings(run: dict) -> dict:
 
 
 class Encoder:
-    """A trained encoder on one device; ``Encoder.load`` makes one from a checkpoint."""
+    """A trained encoder on one device; ``Encoder.load`` makes one from a checkpoint. Loaded over an executor of
+    several devices, it runs on the first of them (docs/training-api.md)."""
 
     def __init__(self, trainer: Trainer, path: str):
         self._trainer = trainer
@@ -68,10 +69,12 @@ class Encoder:
     @classmethod
     def load(cls, path, executor: Executor | None = None, *, numerics: str | None = None) -> Encoder:
         """The encoder a ``Trainer.save`` wrote to `path`, on `executor` (an Executor, a Device, 'cpu' or
-        'gpu:N'; default: ``uform.default_executor()``), in numeric mode `numerics` (default: the mode it was
-        trained in, which the checkpoint records)."""
+        'gpu:N'; default: ``uform.default_executor()``; of several devices, its first), in numeric mode `numerics`
+        (default: the mode it was trained in, which the checkpoint records). The checkpoint of any world loads:
+        it records the run of the whole world's batch, which one device holds."""
         metadata = checkpoint_metadata(path)
         executor = default_executor() if executor is None else executor_from(executor)
+        executor = Executor(executor.devices[:1])  # embedding an item never depends on its batch's other items
         try:
             settings = run_settings(metadata["run"])
         except (KeyError, TypeError, ValueError) as error:
