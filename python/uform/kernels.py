@@ -20,6 +20,7 @@ import numpy as np
 
 from ._loader import load_cublas
 from .engine import Buffer, _engine
+from .errors import ErrorCode, UFormRuntimeError
 
 FACTS = _engine.FACTS  # the engine's constants, defined once in mojo/kernels/
 UNARY_OPS = {name: code for code, name in enumerate(FACTS["unary_ops"])}  # op → code of unary_math
@@ -88,6 +89,21 @@ def loses_the_device(error: BaseException) -> bool:
     refusal, a failed allocation and an error of the caller's own (its generator's, say) happen before anything on
     the device changes, and pass through."""
     return isinstance(error, EngineError) or type(error) is Exception
+
+
+@contextlib.contextmanager
+def device_work(device_name: str, lost):
+    """Run device work under both trainers' one failure model: an error that loses the device
+    (``loses_the_device``) calls `lost()` (the trainer marks its state unknown) and raises DEVICE_LOST naming the
+    device and the error; every other error passes through as it is."""
+    try:
+        yield
+    except Exception as error:
+        if not loses_the_device(error):
+            raise
+        lost()
+        raise UFormRuntimeError(ErrorCode.DEVICE_LOST, f"{device_name}: the engine failed, so the device state is "
+                                                       f"unknown; the session is lost: {error}") from error
 
 
 def _run(kernel: str, function, device, args) -> None:

@@ -208,13 +208,13 @@ def test_deferred_steps_read_their_inputs_once_and_refuse_what_a_blocking_step_r
 
 def test_encode_decodes_each_media_item_once(files, monkeypatch):
     from uform.media import DecodePool
-    from uform.training import media_step, trainer as trainer_module
+    from uform.training import batch as batch_module, media_step
 
     calls = []
     prepare = media_step.prepare_item
     monkeypatch.setattr(media_step, "prepare_item", lambda *a, **k: calls.append(a[2]) or prepare(*a, **k))
     threads = DecodePool()  # the decoding in this process, where the calls are counted
-    monkeypatch.setattr(trainer_module, "shared_pool", lambda: threads)
+    monkeypatch.setattr(batch_module, "shared_pool", lambda: threads)
     trainer = media_trainer(max_rows_per_device=1, max_segments_per_device=2)
     images = [files["png"], files["jpeg"], files["webp"]] * 4
     embeddings = trainer.encode([M.IMAGE] * len(images), images)  # a row holds two images: six batches

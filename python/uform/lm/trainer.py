@@ -38,7 +38,7 @@ import numpy as np
 from .. import engine
 from ..errors import ErrorCode, UFormRuntimeError, type_error, value_error
 from ..executor import default_executor, executor_from, numeric_mode, run_numerics
-from ..kernels import loses_the_device
+from ..kernels import device_work
 from ..nn.resident import AdamW, HostState, applied_whole
 from . import checkpoint as ckpt
 from .config import LanguageModelConfig, flatten_parameters, parameter_registry, split_parameters
@@ -150,18 +150,15 @@ class LanguageModelTrainer:
         return self._model
 
     def _engine_call(self, call):
-        """Run device work; an engine error (``kernels.loses_the_device``) marks the context lost (the state on it
+        """Run device work; an engine error (``kernels.device_work``) marks the context lost (the state on it
         is unknown). A refused argument or a failed allocation happens before anything changes, and passes
         through."""
-        try:
+        with device_work(self._device.name, self._mark_lost):
             return call()
-        except Exception as error:
-            if not loses_the_device(error):
-                raise
-            self._lost = True
-            self._model = None
-            raise refused(f"{self._device.name}: device call failed, the session is lost: {error}",
-                          ErrorCode.DEVICE_LOST) from error
+
+    def _mark_lost(self) -> None:
+        self._lost = True
+        self._model = None
 
     def _sync_host(self) -> None:
         """Bring the resident state back into the host state."""

@@ -3,7 +3,8 @@ objectives, and its relations resolved into the pair targets each contrastive fo
 
 :func:`step_batch` is the whole of it, a pure function of the run, the seed, the step and the items, so that
 every device and process of a world builds the same batch; ``Trainer.step_batch`` calls it with the trainer's
-run and seed. :func:`fold_normalisation` folds each pair-loss form's normalisation into the pair weights.
+run and seed. :func:`uncorrupted_batches` packs items for the reading verbs (encode, encode_tokens, text_choose)
+a batch at a time. :func:`fold_normalisation` folds each pair-loss form's normalisation into the pair weights.
 """
 
 from __future__ import annotations
@@ -93,6 +94,20 @@ def step_batch(run, seed: int, inputs: StepInputs, bags_given: bool, step: int, 
         weight=folded, form=form, ranked_norm=ranked_norm, covered=int(np.count_nonzero(targets >= 0)),
         media=media, late=late, choices=choices)
     return batch, replace(packed, truncated=packed.truncated + cut) if cut else packed
+
+
+def uncorrupted_batches(run, seed: int, inputs: StepInputs, items: np.ndarray, *, train_choices: bool = False):
+    """(items, batch, packed) for the given items (indices into `inputs`, their media decoded once), packed
+    uncorrupted into the run's batch shape a batch at a time (each batch's `items` are those it was offered;
+    packing keeps a prefix of them and the rest go to the next) until every one is packed: what the reading verbs
+    read, so an item's answer does not depend on its neighbours."""
+    prepared = submit_items(inputs.modalities, inputs.contents, run.batch, shared_pool()).result()
+    while items.size:
+        ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(items) if int(item) in prepared})
+        batch, packed = step_batch(run, seed, inputs.subset(items), False, step=0, corrupted=False, decoded=ready,
+                                   train_choices=train_choices)
+        yield items, batch, packed
+        items = items[packed.segment_of_item < 0]
 
 
 def fold_normalisation(form: PairLossForm, sign: np.ndarray, weight: np.ndarray,

@@ -39,6 +39,17 @@ class TrainerStepStats:
     dropped: int = 0
     """Segments dropped whole for lack of room, since the last step that read its stats."""
 
+    def record(self, step: int, learning_rate: float, losses, truncated: int, dropped: int) -> None:
+        """Write a step's report: its number, its rate, its losses (the world step's), the items it cut and the
+        segments dropped since the last report."""
+        self.step, self.learning_rate, self.loss = step, learning_rate, losses.total
+        self.contrastive_loss, self.masked_text_loss = losses.contrastive, losses.masked
+        self.masked_image_loss = losses.reconstruction.get("image", 0.0)
+        self.masked_video_loss = losses.reconstruction.get("video", 0.0)
+        self.masked_audio_loss = losses.reconstruction.get("audio", 0.0)
+        self.late_interaction_loss, self.choices_loss = losses.late_interaction, losses.choices
+        self.truncated, self.dropped = truncated, dropped
+
     def reset(self) -> None:
         """Zeroes every field, as a failed step leaves them."""
         for f in fields(self):

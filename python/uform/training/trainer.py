@@ -27,7 +27,6 @@ naming the differences). ``close()`` stops the trainer's threads.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,28 +34,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ..errors import ErrorCode, UFormError, UFormRuntimeError
-from ..executor import Executor, numeric_mode, run_numerics
-from ..kernels import loses_the_device
-from ..media.pool import shared_pool
+from ..executor import Executor
+from ..kernels import device_work
 from ..mesh import Mesh
-from ..nn.resident import HostState, applied_whole, named_tensors
+from ..nn.resident import named_tensors
 from . import checkpoint
 from .arena import Arena
-from .batch import step_batch
-from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule, validate_run
+from .batch import step_batch, uncorrupted_batches
+from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule
 from .deferred import DeferredOn, On, Prefetch, ready
-from .encoder import EncoderGeometry, EncoderModel, StepBatch, encoder_registry, initial_parameters
+from .encoder import EncoderModel, StepBatch
 from .enums import LateInteractionSide, Modality, Objective, Scalar
 from .late_interaction import side_rows
-from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia, media_geometry, submit_items
+from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia
 from .packing import Packed
 from .relations import Relations
-from .schedule import learning_rate
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
 from .tapes import RowsTape
-from .world import (GradientReducer, World, check_world, concatenate_inputs, gather_inputs, on_host_domain_0,
-                    world_run, world_step)
+from .start import start_run
+from .update import apply_update
+from .world import GradientReducer, World, on_host_domain_0, tell_refusal, world_inputs, world_run, world_step
 
 class Trainer:
     """A training run on the device of the executor it was created on."""
@@ -92,55 +90,11 @@ class Trainer:
         of the memory): a replica that only embeds (``encode``, ``uform.Encoder``); it refuses step and
         save. numerics: "identical" or "fast" (docs/numerics.md); None: a resumed run keeps its checkpoint's
         mode, a new one takes the process mode (``uform.numeric_mode()``)."""
-        if not isinstance(executor, Executor):
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"executor: expected uform.Executor, got "
-                                                         f"{type(executor).__name__}")
-        if mesh is not None and not isinstance(mesh, Mesh):
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"mesh: expected uform.Mesh, got {type(mesh).__name__}")
-        try:
-            if mesh is not None and mesh.executor is not executor:
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, "mesh: it was made over another executor; pass the "
-                                                             "executor the mesh was bootstrapped with")
-            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
-            run = validate_run(depth, hidden, batch, objective, masking, contrastive, late_interaction, choices,
-                               schedule)
-            requested = numerics
-            numerics = None if numerics is None else run_numerics(numerics, executor)
-        except UFormError as refusal:
-            if mesh is not None:
-                mesh.agree("Trainer.init_vram", refusal)
-            raise
-        if mesh is not None:
-            mode = requested if requested is not None else "the checkpoint's" if resume is not None else numeric_mode()
-            mesh.agree("Trainer.init_vram", {"run": json.loads(checkpoint.run_json(run)), "seed": int(seed),
-                                             "numerics": mode, "resume": resume is not None,
-                                             "training": bool(training)})
-        world = World.of(executor, mesh)
-        late = run.late_interaction
-        geometry = EncoderGeometry(hidden=run.hidden, depth=run.depth, groups=run.contrastive.temperature_groups,
-                                   objective=run.objective, max_columns=run.batch.max_columns_per_row,
-                                   media=media_geometry(run.batch), late_width=late.width if late.weight > 0 else 0,
-                                   late_rows=(late.max_query_tokens_per_device, late.max_document_tokens_per_device))
-        registry = encoder_registry(geometry)
-        run_text = checkpoint.run_json(world_run(run, world.size))
-        if resume is not None:
-            loaded = checkpoint.read(resume, registry, run=run_text, seed=int(seed), progress=progress,
-                                     progress_steps=progress_steps)
-            if loaded is None:
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, "resume: stopped by the progress callback")
-            state, step, saved_numerics = loaded
-            numerics = numerics or run_numerics(saved_numerics, executor)
-        else:
-            contrastive_run = run.contrastive
-            state = HostState.starting(initial_parameters(geometry, int(seed), contrastive_run.inverse_temperature,
-                                                          contrastive_run.bias, late.inverse_temperature, late.bias))
-            step = 0
-            numerics = numerics or run_numerics(None, executor)
-        check_world(run, world, numerics, geometry.stack())
-        widths = tuple(run.contrastive.matryoshka_dimensions) or (run.hidden,)
-        replicas = [EncoderModel(device, geometry, state, widths, training=training, numerics=numerics)
-                    for device in executor.devices]
+        world, run, replicas, step = start_run(
+            executor, mesh, resume, dict(depth=depth, hidden=hidden, batch=batch, objective=objective, masking=masking,
+                                         contrastive=contrastive, late_interaction=late_interaction, choices=choices,
+                                         schedule=schedule),
+            seed=seed, progress=progress, progress_steps=progress_steps, training=training, numerics=numerics)
         return cls(executor=executor, mesh=mesh, world=world, run=run, seed=int(seed), replicas=replicas, step=step)
 
     @contextlib.contextmanager
@@ -152,14 +106,8 @@ class Trainer:
             if self._lost:
                 raise UFormRuntimeError(ErrorCode.DEVICE_LOST, "the device failed in an earlier call, so its state "
                                         "is unknown; resume from a checkpoint")
-            try:
+            with device_work(self._executor.devices[0].name, lambda: setattr(self, "_lost", True)):
                 yield
-            except Exception as error:
-                if not loses_the_device(error):
-                    raise
-                self._lost = True
-                raise UFormRuntimeError(ErrorCode.DEVICE_LOST, f"{self._executor.devices[0].name}: the engine "
-                                        f"failed, so the device state is unknown: {error}") from error
 
     # ---- receivers ----------------------------------------------------------------------------------------
 
@@ -217,14 +165,15 @@ class Trainer:
 
     def _checked_inputs(self, modalities, contents, *, bags=None, temperature_groups=None, sides=None, choices=None,
                         choice_targets=None, relations: Relations | None = None, outputs_scalar: Scalar = Scalar.F32,
-                        **_) -> StepInputs:
-        """A step's items and options checked against the run (UFormError naming what is wrong)."""
+                        devices: int | None = None, **_) -> StepInputs:
+        """A step's items and options checked against the run (UFormError naming what is wrong), for a batch over
+        `devices` of this process (default: all of them)."""
         run = self._run
         return check_step_inputs(
             modalities, contents, bags=bags, temperature_groups=temperature_groups, sides=sides, choices=choices,
             choice_targets=choice_targets, relations=relations,
             temperature_group_count=run.contrastive.temperature_groups,
-            max_edges_per_device=run.contrastive.max_edges_per_device * self._world.local,
+            max_edges_per_device=run.contrastive.max_edges_per_device * (devices or self._world.local),
             max_choices_per_item=run.batch.max_choices_per_item, outputs_scalar=outputs_scalar,
             modalities_enabled=self._modalities_enabled())
 
@@ -251,20 +200,11 @@ class Trainer:
                     raise UFormError(ErrorCode.INVALID_ARGUMENT, f"arena: expected uform.Arena, got "
                                                                  f"{type(arena).__name__}")
             except Exception as refusal:
-                if world.collectives is not None:  # every process learns of it (and raises), none waits for it
-                    told = refusal if isinstance(refusal, UFormError) else \
-                        UFormError(ErrorCode.INVALID_ARGUMENT, f"{type(refusal).__name__}: {refusal}")
-                    with contextlib.suppress(UFormError):
-                        gather_inputs(world, told)
+                tell_refusal(world, refusal)
                 raise
             step = self._step + 1
-            first_item, bags_given = 0, bags is not None
-            if world.collectives is not None:
-                parts = gather_inputs(world, inputs)
-                first_item = sum(part["lengths"].size for part in parts[:world.rank])
-                inputs_here, inputs, bags_given = inputs, concatenate_inputs(parts, inputs.outputs_scalar), True
-            else:
-                inputs_here = inputs
+            inputs_here = inputs
+            inputs, first_item, bags_given = world_inputs(world, inputs, bags is not None)
             batch, packed = (prepared.batch, prepared.packed) if prepared is not None else \
                 self.step_batch(inputs, bags_given, step, decoded=_decoded, devices=world.size)
             if not packed.item_of_segment.size:
@@ -276,35 +216,12 @@ class Trainer:
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
-            self._reduce_gradients()
-            problem = self._model.gradient_problem()
-            if problem is not None:
-                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: {problem}; nothing was updated")
-            rate = learning_rate(run.schedule, step)
-            clip, factor = run.schedule.gradient_clip_norm, 1.0
-            if clip > 0:
-                norm = self._model.gradient_norm()
-                if not np.isfinite(norm):
-                    raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the gradient's squares overflow "
-                                     "float32, so it has no norm to clip by; nothing was updated")
-                factor = clip / (norm + 1e-6)
-            with applied_whole():
-                if factor < 1.0:  # every replica holds the world's gradient: each scales it alike
-                    for replica in self._replicas:
-                        replica.scale_gradient(factor)
-                for replica in self._replicas:
-                    replica.adamw(step=step, lr=rate)
-                self._step = step
+            rate = apply_update(self._replicas, run, step, self._reduce_gradients,
+                                commit=lambda: setattr(self, "_step", step))
             self._dropped_unread += packed.dropped
             if stats is not None:
-                stats.step, stats.learning_rate, stats.loss = step, rate, losses.total
-                stats.contrastive_loss, stats.masked_text_loss = losses.contrastive, losses.masked
-                stats.masked_image_loss = losses.reconstruction.get("image", 0.0)
-                stats.masked_video_loss = losses.reconstruction.get("video", 0.0)
-                stats.masked_audio_loss = losses.reconstruction.get("audio", 0.0)
-                stats.late_interaction_loss, stats.choices_loss = losses.late_interaction, losses.choices
                 media_truncated = batch.media.truncated if batch.media is not None else 0
-                stats.truncated, stats.dropped = packed.truncated + media_truncated, self._dropped_unread
+                stats.record(step, rate, losses, packed.truncated + media_truncated, self._dropped_unread)
                 self._dropped_unread = 0
             if not want_pooled:
                 return None
@@ -319,13 +236,9 @@ class Trainer:
         the next one). Dropped items' embeddings are zero rows."""
         with self._device_call():
             run = self._run
-            inputs = check_step_inputs(modalities, contents, relations=relations,
-                                       temperature_groups=temperature_groups, sides=sides, choices=choices,
-                                       choice_targets=choice_targets,
-                                       temperature_group_count=run.contrastive.temperature_groups,
-                                       max_edges_per_device=run.contrastive.max_edges_per_device,
-                                       max_choices_per_item=run.batch.max_choices_per_item,
-                                       modalities_enabled=self._modalities_enabled())
+            inputs = self._checked_inputs(modalities, contents, relations=relations,
+                                          temperature_groups=temperature_groups, sides=sides, choices=choices,
+                                          choice_targets=choice_targets, devices=1)  # one device's batch
             step = self._step + 1 if corrupt_as_step is None else corrupt_as_step
             batch, packed = self.step_batch(inputs, False, step)
             contrastive = run.objective != Objective.MASKED
@@ -386,17 +299,8 @@ class Trainer:
             return embeddings
 
     def _uncorrupted_batches(self, inputs: StepInputs, items: np.ndarray, *, train_choices: bool = False):
-        """(items, batch, packed) for the given items (indices into `inputs`, their media decoded once), packed
-        uncorrupted into the run's batch shape a batch at a time (each batch's `items` are those it was
-        offered; packing keeps a prefix of them and the rest go to the next) until every one is packed: what
-        encode, encode_tokens and text_choose read, so an item's answer does not depend on its neighbours."""
-        prepared = submit_items(inputs.modalities, inputs.contents, self._run.batch, shared_pool()).result()
-        while items.size:
-            ready = PreparedMedia({k: prepared[int(item)] for k, item in enumerate(items) if int(item) in prepared})
-            batch, packed = self.step_batch(inputs.subset(items), False, step=0, corrupted=False, decoded=ready,
-                                            train_choices=train_choices)
-            yield items, batch, packed
-            items = items[packed.segment_of_item < 0]
+        """``uform.training.batch.uncorrupted_batches`` for this trainer's run and seed."""
+        return uncorrupted_batches(self._run, self._seed, inputs, items, train_choices=train_choices)
 
     def text_choose(self, texts, choices, /) -> RowsTape:
         """The model's distribution over each text's legal bytes (``choices``, as a step takes them) at the

@@ -24,6 +24,7 @@ process, the exchanges run through its collectives (so a world of one exercises 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from dataclasses import dataclass, fields, is_dataclass, replace
@@ -173,6 +174,27 @@ def gather_inputs(world: World, inputs: StepInputs | UFormError) -> list[dict[st
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"host domain {rank} refused its step's items ({refusal}); "
                                                          "nothing was updated")
     return [arrays for arrays, _ in gathered]
+
+
+def tell_refusal(world: World, refusal: Exception) -> None:
+    """Tell every process of the mesh that this one refused its step's items (each raises, none waits for the
+    step); nothing for a process alone."""
+    if world.collectives is None:
+        return
+    told = refusal if isinstance(refusal, UFormError) else \
+        UFormError(ErrorCode.INVALID_ARGUMENT, f"{type(refusal).__name__}: {refusal}")
+    with contextlib.suppress(UFormError):
+        gather_inputs(world, told)
+
+
+def world_inputs(world: World, inputs: StepInputs, bags_given: bool) -> tuple[StepInputs, int, bool]:
+    """(the world's items, the index of this process's first item among them, whether bags are given): every
+    process's checked items joined in host-domain order, which always give bags; a process alone's own."""
+    if world.collectives is None:
+        return inputs, 0, bags_given
+    parts = gather_inputs(world, inputs)
+    first_item = sum(part["lengths"].size for part in parts[:world.rank])
+    return concatenate_inputs(parts, inputs.outputs_scalar), first_item, True
 
 
 def concatenate_inputs(parts: list[dict[str, np.ndarray]], outputs_scalar) -> StepInputs:
