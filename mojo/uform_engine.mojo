@@ -20,7 +20,7 @@ from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_lau
 from engine.target import HAS_ACCELERATOR, HAS_NVIDIA
 from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, cross_entropy, embedding,
                      gemm, fast_producers, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
-from kernels.gemm import fast as gemm_fast
+from kernels.gemm import fast as gemm_fast, fma as gemm_fma
 from kernels.gemm.exact import definition as exact_definition, residues as exact_residues
 
 
@@ -66,6 +66,12 @@ def device_copy(py_self: PythonObject, destination: PythonObject, source: Python
 
 def device_synchronize(py_self: PythonObject) raises -> PythonObject:
     device_of(py_self)[].synchronize()
+    return PythonObject(None)
+
+
+def device_set_gemm_tiling(py_self: PythonObject, tiling: PythonObject) raises -> PythonObject:
+    """Force the fma chain's GPU tiling on this device (a code of FACTS' gemm_tilings; -1: its own choice)."""
+    device_of(py_self)[].gemm_tiling = Int(py=tiling)
     return PythonObject(None)
 
 
@@ -124,6 +130,13 @@ def engine_facts() raises -> PythonObject:
     facts["cast_lanes"] = PythonObject(gemm_fast.CAST_LANES)
     facts["exact_gemm_max_k"] = PythonObject(exact_definition.MAX_K)
     facts["exact_residue_alignment"] = PythonObject(exact_residues.RESIDUE_ALIGNMENT)
+    var tilings = Python.dict()
+    tilings["large"] = PythonObject(gemm_fma.LARGE)
+    tilings["large-k16"] = PythonObject(gemm_fma.LARGE_K16)
+    tilings["small"] = PythonObject(gemm_fma.SMALL)
+    tilings["small-8x8"] = PythonObject(gemm_fma.SMALL_8X8)
+    tilings["tiny"] = PythonObject(gemm_fma.TINY)
+    facts["gemm_tilings"] = tilings
     var group_forms = Python.dict()
     group_forms["fma"] = PythonObject(gemm.GROUP_FMA)
     group_forms["exact_summed"] = PythonObject(gemm.GROUP_EXACT_SUMMED)
@@ -358,6 +371,7 @@ def PyInit__engine() abi("C") -> PythonObject:
             .def_method[device_download]("download")
             .def_method[device_copy]("copy")
             .def_method[device_synchronize]("synchronize")
+            .def_method[device_set_gemm_tiling]("set_gemm_tiling")
             .def_method[device_plan_begin]("plan_begin")
             .def_method[device_plan_end]("plan_end")
             .def_method[device_plan_run]("plan_run")

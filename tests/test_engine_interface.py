@@ -41,3 +41,14 @@ def test_attention_refuses_operands_off_a_16_byte_boundary():
     with pytest.raises(ValueError, match="attention operands must start on 16 bytes"):
         K.attention_forward(o, lse, q, shifted, q, **geometry)
     K.attention_forward(o, lse, q, rows.view(8, (8, 8)), q, **geometry)  # 32 bytes in: aligned
+
+
+def test_a_forced_gemm_tiling_is_read_when_a_device_opens(monkeypatch):
+    """UFORM_GEMM_TILE names one of the fma chain's GPU tilings (the engine's FACTS), read once as a device opens;
+    a name the engine has no tiling of is refused there, naming the ones it has."""
+    assert set(_engine.FACTS["gemm_tilings"]) == {"large", "large-k16", "small", "small-8x8", "tiny"}
+    monkeypatch.setenv("UFORM_GEMM_TILE", "small")
+    uform.Device.cpu()
+    monkeypatch.setenv("UFORM_GEMM_TILE", "huge")
+    with pytest.raises(uform.UFormError, match=r"UFORM_GEMM_TILE: one of \['large', .*got 'huge'"):
+        uform.Device.cpu()

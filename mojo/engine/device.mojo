@@ -60,6 +60,7 @@ struct Device(Movable, Writable, Defaultable):
     var staged: Int  # its bytes holding uploads queued since the device last finished its work
     var recording: Optional[Plan]  # the plan being recorded, if one is (engine.plan)
     var plans: List[Optional[Plan]]  # the recorded plans by id (None: freed)
+    var gemm_tiling: Int  # the fma chain's GPU tiling forced for tests and tuning (kernels/gemm/fma.mojo), -1 none
 
     def __init__(out self):
         self.ordinal = -1
@@ -71,6 +72,7 @@ struct Device(Movable, Writable, Defaultable):
         self.staged = 0
         self.recording = None
         self.plans = List[Optional[Plan]]()
+        self.gemm_tiling = -1
 
     def open(mut self, ordinal: Int) raises:
         """Bind to the CPU (ordinal -1) or to GPU `ordinal`."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 from collections.abc import Callable
 from functools import cached_property
@@ -54,6 +55,13 @@ class Device:
             raise UFormRuntimeError(ErrorCode.UNSUPPORTED, f"cannot open {'cpu' if ordinal < 0 else f'gpu:{ordinal}'}: "
                                     f"{error}") from None
         self.ordinal = int(ordinal)
+        tiling = os.environ.get("UFORM_GEMM_TILE")  # read once: the fma chain's GPU tiling, forced (tests, tuning)
+        if tiling:
+            tilings = _engine.FACTS["gemm_tilings"]
+            if tiling not in tilings:
+                raise UFormRuntimeError(ErrorCode.INVALID_ARGUMENT, f"UFORM_GEMM_TILE: one of {sorted(tilings)} "
+                                                                    f"(or unset), got {tiling!r}")
+            self._handle.set_gemm_tiling(tilings[tiling])
         self.allocated_bytes = 0  # held now by this device's buffers
         self.peak_bytes = 0       # the most ever held at once
         self._scratch: Buffer | None = None

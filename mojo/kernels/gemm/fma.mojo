@@ -27,7 +27,6 @@ from std.collections import Array
 from std.memory import stack_allocation
 from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.memory import AddressSpace
-from std.os import getenv
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA
 from engine.device import F32Ptr, f32_at
@@ -599,29 +598,20 @@ comptime TINY_MAX_BLOCKS = 2 * 132  # a product in long k ranges with fewer 64×
 comptime TINY_MIN_RANGE = 1024  # k of a range TINY takes at least
 
 
-def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int, length: Int) -> Int:
+def gpu_tiling[transpose_b: Bool](M: Int, N: Int, chunks: Int, length: Int, forced: Int) -> Int:
     """The GPU tiling for an M×N output in `chunks` k ranges of `length`: large tiles when the launch has at least
     LARGE_TILE_MIN_BLOCKS blocks of 128×128 (LARGE_K16 for A·Bᵀ, the fastest there on the encoder's shapes;
     LARGE, whose slices are half as deep, for the others), or, in k ranges, RANGED_LARGE_MIN_BLOCKS over all its
     ranges (on the H200 the byte LM's weight gradients, 256 × 512 over 32 ranges of 256: 52 against 62 µs); else
-    SMALL. UFORM_GEMM_TILE = large, large-k16, small or small-8x8 forces one (for tests and tuning: the tiling
-    never changes a bit). A product cut into ranges of at least TINY_MIN_RANGE with fewer than TINY_MAX_BLOCKS 64×64
+    SMALL. A device's forced tiling (`forced` ≥ 0: Device.gemm_tiling, which python/uform/engine.py sets from
+    UFORM_GEMM_TILE = large, large-k16, small, small-8x8 or tiny once, when it opens the device) takes its place,
+    for tests and tuning: the tiling never changes a bit. A product cut into ranges of at least TINY_MIN_RANGE with fewer than TINY_MAX_BLOCKS 64×64
     blocks over all its ranges (a weight gradient by packed rows below the exact GEMM's rule: 256 × 256 outputs over
     4 rows of 2048 tokens are 64 blocks on 132 multiprocessors) takes TINY, four times the blocks of a
     quarter the outputs, in slices of 32 k (with two warps a block and few blocks a multiprocessor, a slice of 8 k
-    did not cover the next slice's loads; over ranges of 256 it lost to SMALL); UFORM_GEMM_TILE = tiny forces it
-    too."""
-    var forced = getenv("UFORM_GEMM_TILE")
-    if forced == "large":
-        return LARGE
-    if forced == "large-k16":
-        return LARGE_K16
-    if forced == "small":
-        return SMALL
-    if forced == "small-8x8":
-        return SMALL_8X8
-    if forced == "tiny":
-        return TINY
+    did not cover the next slice's loads; over ranges of 256 it lost to SMALL)."""
+    if forced >= 0:
+        return forced
     if chunks > 1:
         if length >= TINY_MIN_RANGE and ((N + 63) // 64) * ((M + 63) // 64) * chunks < TINY_MAX_BLOCKS:
             return TINY
@@ -669,7 +659,7 @@ def gemm_on[transpose_a: Bool, transpose_b: Bool](
     if dev[].is_gpu():
         comptime if HAS_ACCELERATOR:
             var flag = Int64(1 if accumulate and chunks == 1 else 0)
-            var tiling = gpu_tiling[transpose_b](M, N, chunks, length)
+            var tiling = gpu_tiling[transpose_b](M, N, chunks, length, dev[].gemm_tiling)
             if tiling == LARGE:
                 launch_gemm[transpose_a, transpose_b, 128, 8, 8, 256, 2](dev, target, a, b, M, N, K, flag, length, chunks)
             elif tiling == LARGE_K16:
@@ -719,7 +709,7 @@ def gemm_group_on[transpose_a: Bool, transpose_b: Bool](
         var b_row = k if transpose_b else n
         vec = vec and a_row % 4 == 0 and b_row % 4 == 0 and n % 4 == 0
         vec = vec and (Int(a[t]) | Int(b[t]) | Int(c[t])) % 16 == 0
-    grouped = grouped and gpu_tiling[transpose_b](M, widest, 1, K) == SMALL
+    grouped = grouped and gpu_tiling[transpose_b](M, widest, 1, K, dev[].gemm_tiling) == SMALL
     if not grouped:
         for t in range(terms):
             if summed:
