@@ -9,6 +9,7 @@ import numpy as np
 
 import uform
 from uform import kernels as K
+from uform import layouts
 from bench_encoder import GEOMETRY, QUICK, corpus_items
 from common import arguments, median_seconds, write_results
 from uform.training.packing import pack_items
@@ -25,8 +26,8 @@ def inputs(tokens: int, seed: int = 3):
 
 def run(device: uform.Device, q, k, v, d_out, spans, fast: bool = False, tiles: bool = True):
     """The buffers of one forward and backward on device (fast: the fast-mode kernels; tiles: the identical
-    kernels' tiles aligned to the spans, kernels.attention_tiles, as the encoder runs them), and the two calls."""
-    table = K.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
+    kernels' tiles aligned to the spans, layouts.attention_tiles, as the encoder runs them), and the two calls."""
+    table = layouts.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
     layout = device.put(np.concatenate([spans, table]))  # the tile table right after the spans
     b = dict(q=device.put(q), k=device.put(k), v=device.put(v), d_out=device.put(d_out),
              spans=layout.view(0, spans.shape), o=device.empty(q.shape), lse=device.empty((q.shape[0], HEADS)),
@@ -51,7 +52,7 @@ def main():
     packed = pack_items(corpus_items(g["segments"], seed=1), None, g["rows"], g["columns"], g["segments"])
     segments = packed.segment_ids.reshape(-1)
     tokens = segments.size
-    spans = K.attention_spans(tokens, g["columns"], segments)
+    spans = layouts.attention_spans(tokens, g["columns"], segments)
     q, k, v, d_out = inputs(tokens)
     device = uform.Device.gpu(0) if uform.gpu_count() else uform.Device.cpu()
     b, forward, backward = run(device, q, k, v, d_out, spans)
@@ -60,7 +61,7 @@ def main():
            "forward_seconds": round(median_seconds(forward, device.synchronize), 5),
            "backward_seconds": round(median_seconds(backward, device.synchronize), 5)}
     if uform.gpu_count():
-        whole_rows = K.attention_spans(tokens, g["columns"])
+        whole_rows = layouts.attention_spans(tokens, g["columns"])
         for label, fast_spans in (("fast", spans), ("fast_whole_rows", whole_rows)):
             _, fast_forward, fast_backward = run(device, q, k, v, d_out, fast_spans, fast=True)
             row[f"{label}_forward_seconds"] = round(median_seconds(fast_forward, device.synchronize), 5)

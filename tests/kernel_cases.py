@@ -12,6 +12,7 @@ import numpy as np
 
 import uform
 from uform import kernels as K
+from uform import layouts
 from uform.reference import exact_gemm
 
 GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (33, 65, 17), (129, 130, 131), (64, 256, 96), (37, 45, 9000), (20, 9, 4096)]
@@ -221,7 +222,7 @@ def run_attention(device: uform.Device, q, k, v, d_out, spans, heads: int, kv_he
     the backward keeps the score gradients of spans up to that long in a d_scores workspace, filled with NaN
     first so that a slot read but never written shows; tiles: the team kernels' tasks from attention_tiles)."""
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
-    table = K.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
+    table = layouts.attention_tiles(spans) if tiles else np.empty((0, 2), np.int32)
     layout = device.put(np.concatenate([spans, table]))  # the tile table right after the spans, as the kernels read it
     geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal,
                     spans=layout.view(0, spans.shape), tiles=layout.view(spans.size, table.shape) if tiles else None,
@@ -261,7 +262,7 @@ def case_attention(device: uform.Device, seed: int, batch: int, seq_len: int, he
                 segments[end - rng.integers(1, 20):end] = -1
             runs = np.cumsum(np.r_[True, segments[1:] != segments[:-1]])  # a segment cut by padding: two segments
             segments = np.where(segments < 0, -1, runs).astype(np.int32)
-    spans = K.attention_spans(tokens, seq_len, segments)
+    spans = layouts.attention_spans(tokens, seq_len, segments)
     outputs = run_attention(device, q, k, v, d_out, spans, heads, kv_heads, head_dim, causal, fast, span_limit,
                             tiles)
     ref = attention_reference(q, k, v, d_out, seq_len, heads, kv_heads, head_dim, causal, segments)
@@ -276,7 +277,7 @@ def case_rotary(device: uform.Device, seed: int, tokens: int, heads: int, head_d
     rng = rng_for(seed)
     x = rng.standard_normal((tokens, heads * head_dim)).astype(np.float32)
     positions = rng.integers(0, 64, (tokens, axes)).astype(np.int32)
-    cos, sin = K.rotary_tables(64, head_dim)
+    cos, sin = layouts.rotary_tables(64, head_dim)
     xb = device.put(np.r_[np.zeros(offset, np.float32), x.reshape(-1)]).view(offset, x.shape)
     pb, cb, sb = device.put(positions), device.put(cos), device.put(sin)
     K.rotary(xb, pb, cb, sb, heads=heads, head_dim=head_dim, axes=axes)
@@ -410,7 +411,7 @@ def case_fast_producers(device: uform.Device, seed: int, rows: int, width: int, 
         K.cast_bf16(chain, fp32)
         outputs[name] = (bf16_values(device_bits(copy, offset, count)), f64(bf16_values(chain.numpy())), 0.0, 1.0)
     # the fast rotary (heads of 16 in each row), in place and, inverse, into bf16, on one and three position axes
-    cos, sin = (device.put(table) for table in K.rotary_tables(64, 16))
+    cos, sin = (device.put(table) for table in layouts.rotary_tables(64, 16))
     heads = width // 16
     for axes in (1, 3) if heads else ():
         positions = device.put(rng.integers(0, 64, (rows, axes)).astype(np.int32))
@@ -444,7 +445,7 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
     else:
         K.embedding_forward(out, device.put(table), device.put(ids), width)
     ref_out = f64(table)[ids] + (np.where(row_of[:, None] >= 0, f64(extra)[row_of], 0) if with_rows else 0)
-    order, offsets = K.embedding_groups(ids, vocab)
+    order, offsets = layouts.embedding_groups(ids, vocab)
     on_device = device.empty(tokens, np.int32), device.empty(vocab + 1, np.int32)  # the same groups, found there
     K.token_groups(*on_device, device.put(ids), vocab)
     dtable = device.empty(table.shape)
@@ -452,7 +453,7 @@ def case_embedding(device: uform.Device, seed: int, tokens: int, vocab: int, wid
     ref = np.zeros((vocab, width))
     np.add.at(ref, ids, f64(d_out))
     # fast mode's chunked order, accumulating onto a table of ones
-    chunk_starts, id_chunks = K.embedding_chunks(offsets)
+    chunk_starts, id_chunks = layouts.embedding_chunks(offsets)
     chunked = device.put(np.ones(table.shape, np.float32))
     K.embedding_backward_chunked(chunked, device.put(d_out), device.put(order), device.put(chunk_starts),
                                  device.put(id_chunks), width, accumulate=True)
@@ -673,7 +674,7 @@ def case_row_sums(device: uform.Device, seed: int, rows: int, row_length: int, m
     gains = device.empty(n)
     K.column_sum(gains, device.put(b), tokens, n, row_length=row_length)
     ids = rng.integers(0, vocab, tokens).astype(np.int32)
-    order, offsets = K.embedding_groups(ids, vocab, row_length)
+    order, offsets = layouts.embedding_groups(ids, vocab, row_length)
     dtable = device.empty((vocab, n))
     K.embedding_backward(dtable, device.put(b), device.put(order), device.put(offsets), n,
                          partials=device.empty((rows, vocab, n)))

@@ -5,6 +5,7 @@ import pytest
 
 import uform
 from uform import kernels as K
+from uform import layouts
 from uform.engine import _engine
 
 
@@ -36,7 +37,7 @@ def test_attention_refuses_operands_off_a_16_byte_boundary():
     rows = device.put(np.zeros((9, 8), np.float32))
     q, shifted = rows.view(0, (8, 8)), rows.view(1, (8, 8))  # the second starts 4 bytes in
     o, lse = device.empty((8, 8)), device.empty((8, 1))
-    spans = device.put(K.attention_spans(8, 8))
+    spans = device.put(layouts.attention_spans(8, 8))
     geometry = dict(spans=spans, heads=1, kv_heads=1, head_dim=8, causal=False)
     with pytest.raises(ValueError, match="attention operands must start on 16 bytes"):
         K.attention_forward(o, lse, q, shifted, q, **geometry)

@@ -13,6 +13,7 @@ import pytest
 import uform
 from kernel_cases import attention_inputs, case_attention, run_attention
 from uform import kernels as K
+from uform import layouts
 
 needs_gpu = pytest.mark.skipif(uform.gpu_count() == 0, reason="needs a GPU engine and a GPU")
 
@@ -58,7 +59,7 @@ def run(device, shape, causal, fast, seed):
     rng = np.random.default_rng(seed)
     q, k, v, d_out = attention_inputs(rng, b * t, h, kv, d)
     segments = np.cumsum(rng.random(b * t) < 1 / segment).astype(np.int32) if segment else None
-    spans = K.attention_spans(b * t, t, segments)
+    spans = layouts.attention_spans(b * t, t, segments)
     return run_attention(device, q, k, v, d_out, spans, h, kv, d, causal, fast=fast)
 
 
@@ -88,7 +89,7 @@ def test_a_fast_kernel_called_on_the_cpu_raises():
     """The fast kernels have no CPU version: called there directly (the wrappers never do), they refuse."""
     cpu = uform.Device.cpu()
     q = cpu.put(np.zeros((64, 64), np.float32))
-    spans = cpu.put(K.attention_spans(64, 64))
+    spans = cpu.put(layouts.attention_spans(64, 64))
     with pytest.raises(K.EngineError, match="GPU-only"):
         K._launch("attention_forward_fast", 1, o=q, lse=cpu.empty((64, 1)), q=q, k=q, v=q, spans=spans, tokens=64,
                   heads=1, kv_heads=1, head_dim=64, causal=False, scale=0.125)
@@ -106,7 +107,7 @@ def test_fast_delta_is_the_identical_chain(head_dim):
     q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
     o = rng.standard_normal(q.shape).astype(np.float32)
     lse = rng.standard_normal((tokens, heads)).astype(np.float32)
-    spans = K.attention_spans(tokens, tokens)
+    spans = layouts.attention_spans(tokens, tokens)
     deltas = []
     for device, fast in ((uform.Device.cpu(), False), (uform.Device.gpu(0), True)):
         delta = device.empty((tokens, heads))

@@ -8,6 +8,7 @@ import pytest
 from kernel_cases import all_cases, attention_inputs, gemm_group_operands, run_attention
 import uform
 from uform import kernels as K
+from uform import layouts
 
 
 @pytest.mark.parametrize("name,case,kwargs", all_cases(), ids=[c[0] for c in all_cases()])
@@ -263,14 +264,14 @@ def test_attention_tiles_cut_each_run_of_one_span_from_its_first_token():
     segments[160:200] = 2  # padding before it, a row's end after it
     segments[200:400] = 3  # a whole row
     segments[400:530] = 4
-    spans = K.attention_spans(600, 200, segments)
-    tiles = K.attention_tiles(spans)
+    spans = layouts.attention_spans(600, 200, segments)
+    tiles = layouts.attention_tiles(spans)
     assert tiles[0, 0] == 0 and tiles[-1, 1] == 600 and (tiles[1:, 0] == tiles[:-1, 1]).all()
     assert ((tiles[:, 1] - tiles[:, 0] >= 1) & (tiles[:, 1] - tiles[:, 0] <= K.ATTENTION_TILE)).all()
     runs = [(0, 150), (150, 151), (151, 160), (160, 200), (200, 400), (400, 530), (530, 600)]
     expected = [(s, min(s + K.ATTENTION_TILE, end)) for begin, end in runs for s in range(begin, end, K.ATTENTION_TILE)]
     assert [tuple(t) for t in tiles] == expected
-    assert K.attention_tiles(K.attention_spans(256, 128)).tolist() == [[s, s + 64] for s in range(0, 256, 64)]
+    assert layouts.attention_tiles(layouts.attention_spans(256, 128)).tolist() == [[s, s + 64] for s in range(0, 256, 64)]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -282,7 +283,7 @@ def test_attention_keeps_the_score_gradient_of_each_pair_a_query_sees(device, mo
     rng = np.random.default_rng(3 + causal)
     tokens, heads, head_dim, limit = 200, 2, 16, 64
     q, k, v, d_out = attention_inputs(rng, tokens, heads, 1, head_dim)
-    spans = K.attention_spans(tokens, 100, np.r_[np.zeros(100), np.ones(30), np.full(70, 2)].astype(np.int32))
+    spans = layouts.attention_spans(tokens, 100, np.r_[np.zeros(100), np.ones(30), np.full(70, 2)].astype(np.int32))
     geometry = dict(heads=heads, kv_heads=1, head_dim=head_dim, causal=causal, spans=device.put(spans))
     qb, kb, vb = device.put(q), device.put(k), device.put(v)
     o, lse = device.empty(q.shape), device.empty((tokens, heads))
@@ -323,7 +324,7 @@ def test_the_dq_kernel_reads_the_kept_score_gradients(device, monkeypatch, causa
     tokens, heads, head_dim, length = 160, 2, 16, 80
     q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, tokens, heads, 1, head_dim))
     geometry = dict(heads=heads, kv_heads=1, head_dim=head_dim, causal=causal,
-                    spans=device.put(K.attention_spans(tokens, length)))
+                    spans=device.put(layouts.attention_spans(tokens, length)))
     o, lse = device.empty((tokens, heads * head_dim)), device.empty((tokens, heads))
     delta = device.empty((tokens, heads))
     K.attention_forward(o, lse, q, k, v, **geometry)
@@ -369,7 +370,7 @@ def test_attention_backward_refuses_a_d_scores_that_does_not_fit(device):
     q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, 8, 2, 1, 16))
     dq, dk, dv = device.put(np.full((8, 32), 7.0, np.float32)), device.empty((8, 16)), device.empty((8, 16))
     o, lse = device.empty((8, 32)), device.empty((8, 2))
-    geometry = dict(spans=device.put(K.attention_spans(8, 8)), heads=2, kv_heads=1, head_dim=16, causal=False)
+    geometry = dict(spans=device.put(layouts.attention_spans(8, 8)), heads=2, kv_heads=1, head_dim=16, causal=False)
     for kept, message in ((dict(d_scores=device.empty(63), span_limit=4), "d_scores must hold 64 values, holds 63"),
                           (dict(d_scores=device.empty(64)), "d_scores needs a span_limit of at least 1, got 0"),
                           (dict(span_limit=4), "span_limit sizes a d_scores workspace; got 4 without one")):
@@ -384,9 +385,9 @@ def test_attention_refuses_a_tile_table_it_cannot_read(device):
     values)."""
     rng = np.random.default_rng(3)
     q, k, v, d_out = (device.put(x) for x in attention_inputs(rng, 8, 2, 1, 16))
-    spans = K.attention_spans(8, 8)
-    layout = device.put(np.concatenate([spans, K.attention_tiles(spans), np.zeros((8, 2), np.int32)]))
-    apart = device.put(K.attention_tiles(spans))
+    spans = layouts.attention_spans(8, 8)
+    layout = device.put(np.concatenate([spans, layouts.attention_tiles(spans), np.zeros((8, 2), np.int32)]))
+    apart = device.put(layouts.attention_tiles(spans))
     o, dq = device.put(np.full((8, 32), 7.0, np.float32)), device.put(np.full((8, 32), 7.0, np.float32))
     lse, dk, dv = device.empty((8, 2)), device.empty((8, 16)), device.empty((8, 16))
     geometry = dict(spans=layout.view(0, spans.shape), heads=2, kv_heads=1, head_dim=16, causal=False)
@@ -408,7 +409,7 @@ def test_an_unknown_attention_form_is_refused(device, monkeypatch):
     rng = np.random.default_rng(1)
     q, k, v, d_out = attention_inputs(rng, 8, 2, 1, 16)
     with pytest.raises(ValueError, match="UFORM_ATTENTION must be rows or teams \\(or unset\\), got 'row'"):
-        run_attention(device, q, k, v, d_out, K.attention_spans(8, 8), 2, 1, 16, False)
+        run_attention(device, q, k, v, d_out, layouts.attention_spans(8, 8), 2, 1, 16, False)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -421,11 +422,11 @@ def test_attention_of_a_segment_is_the_same_wherever_it_lies(device, causal, hea
     tokens = before + length + after
     q, k, v, d_out = attention_inputs(rng, tokens, heads, kv_heads, head_dim)
     segments = np.r_[np.zeros(before - 5), -np.ones(5), np.ones(length), np.full(after, 2)].astype(np.int32)
-    placed = run_attention(device, q, k, v, d_out, K.attention_spans(tokens, tokens, segments), heads, kv_heads,
+    placed = run_attention(device, q, k, v, d_out, layouts.attention_spans(tokens, tokens, segments), heads, kv_heads,
                            head_dim, causal)
     inside = slice(before, before + length)
     alone = run_attention(device, q[inside], k[inside], v[inside], d_out[inside],
-                          K.attention_spans(length, length), heads, kv_heads, head_dim, causal)
+                          layouts.attention_spans(length, length), heads, kv_heads, head_dim, causal)
     for name, a, b in zip(("o", "dq", "dk", "dv", "lse"), alone, placed):
         assert np.array_equal(a.view(np.uint32), b[inside].view(np.uint32)), name
 

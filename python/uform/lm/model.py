@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as K
+from .. import layouts
 from ..engine import Buffer, Device, Plan
 from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState
@@ -113,7 +114,7 @@ class DeviceModel(ResidentState):
         part = upload.views
         tokens = TokenInputs.allocate(self.device, n, vocabulary, ids=part["ids"])
         tokens.positions.write(np.tile(np.arange(length, dtype=np.int32), batch))
-        tokens.spans.write(K.attention_spans(n, length))
+        tokens.spans.write(layouts.attention_spans(n, length))
         outcome = self.device.empty(n + 1)
         head = CrossEntropyHead.allocate(self.device, n, vocabulary, losses=outcome.view(0, n), targets=part["targets"])
         return BatchBuffers(tokens=tokens, head=head, upload=upload, outcome=outcome)

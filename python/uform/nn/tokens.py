@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as K
+from .. import layouts
 from ..engine import Buffer, Device
 
 
 @dataclass
 class TokenInputs:
-    """n tokens on the device: ids, positions, attention spans (kernels.attention_spans) with room after them for
+    """n tokens on the device: ids, positions, attention spans (layouts.attention_spans) with room after them for
     attention's tile table (write_spans), and the order and offsets that group tokens by id for the embedding
-    backward (with fast mode's chunks of the groups: kernels.embedding_chunks)."""
+    backward (with fast mode's chunks of the groups: layouts.embedding_chunks)."""
 
     ids: Buffer
     positions: Buffer
@@ -46,7 +47,7 @@ class TokenInputs:
                    id_chunks=device.empty(vocabulary + 1, np.int32))
 
     def write_spans(self, spans: np.ndarray, tiles: np.ndarray) -> Buffer:
-        """Upload the spans and attention's tile table for them (kernels.attention_tiles) in one copy, the table
+        """Upload the spans and attention's tile table for them (layouts.attention_tiles) in one copy, the table
         right after the spans, where the attention kernels read it; answers the table's buffer."""
         both = np.concatenate([spans.reshape(-1), tiles.reshape(-1)])
         self.spans_and_tiles.view(0, both.size).write(both)
@@ -68,19 +69,19 @@ class TokenInputs:
             grouped = self.write_groups(ids, vocabulary, row_length)
             K.embedding_backward(dtable, d_out, self.order, grouped, width, partials=partials)
             return
-        order, offsets = K.embedding_groups(ids, vocabulary)
+        order, offsets = layouts.embedding_groups(ids, vocabulary)
         self.order.write(order)
-        chunk_starts, id_chunks = K.embedding_chunks(offsets)
+        chunk_starts, id_chunks = layouts.embedding_chunks(offsets)
         starts = self.chunk_starts.view(0, chunk_starts.size)
         starts.write(chunk_starts)
         self.id_chunks.write(id_chunks)
         K.embedding_backward_chunked(dtable, d_out, self.order, starts, self.id_chunks, width)
 
     def write_groups(self, ids: np.ndarray, vocabulary: int, row_length: int = 0) -> Buffer:
-        """Group the tokens by id on the host (by packed row and id with row_length: ``kernels.embedding_groups``)
+        """Group the tokens by id on the host (by packed row and id with row_length: ``layouts.embedding_groups``)
         into order and offsets, for the identical embedding backward; answers the offsets written (the first
         entries of the buffer, which is sized for the most rows)."""
-        order, offsets = K.embedding_groups(ids, vocabulary, row_length)
+        order, offsets = layouts.embedding_groups(ids, vocabulary, row_length)
         self.order.write(order)
         grouped = self.offsets.view(0, offsets.size)
         grouped.write(offsets)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .. import kernels as K
+from .. import layouts
 from ..engine import Buffer, Device
 from .cache import RecentCache
 
@@ -257,7 +258,7 @@ class TransformerStack:
         self.row_length = row_length
         # the backward keeps attention's score gradients for spans up to a sequence, or a packed row (training only)
         self.span_limit = max_positions if training else 0
-        cos, sin = K.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
+        cos, sin = layouts.rotary_tables(max_positions, geometry.head_dim, geometry.rope_base)
         self.cos, self.sin = device.put(cos), device.put(sin)
         self._buffers = RecentCache(self._allocate)
         self._weights16: Buffer | None = None
@@ -382,7 +383,7 @@ class TransformerStack:
     def forward(self, weights: list[LayerTensors], n: int, positions: Buffer, spans: Buffer,
                 tiles: Buffer | None = None) -> Buffer:
         """Run every block over the input buffer (``buffers(n).input``), each token attending within its
-        span (kernels.attention_spans; tiles: attention's tile table, TokenInputs.write_spans); answers the output
+        span (layouts.attention_spans; tiles: attention's tile table, TokenInputs.write_spans); answers the output
         of the last block. positions is int32 (n,), or (n, 3) for rotary positions on three axes (kernels.rotary)."""
         g = self.geometry
         axes = position_axes(positions)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import kernels as K
+from .. import layouts
 from ..engine import Buffer, Device
 from ..nn.cache import RecentCache
 from ..nn.resident import AdamW, HostState, ResidentState, named_tensors, registry_size, tensor_registry
@@ -140,7 +141,7 @@ class StepBatch:
     choices: ChoiceBatch | None = None  # the items making a choice, if the run trains choices
     pooled_segments: np.ndarray = None  # (rows, columns) token_segments, −1 at hidden media tokens; None: the same
     spans: np.ndarray = field(init=False)  # (rows·columns, 2) each position's attention span, made with the batch
-    tiles: np.ndarray = field(init=False)  # (T, 2) attention's tiles for the spans (kernels.attention_tiles)
+    tiles: np.ndarray = field(init=False)  # (T, 2) attention's tiles for the spans (layouts.attention_tiles)
 
     def __post_init__(self):
         if self.world_segments is None:
@@ -150,8 +151,8 @@ class StepBatch:
         if self.pooled_segments is None:
             self.pooled_segments = self.token_segments
         rows, columns = self.tokens.shape  # here, so that a batch prepared ahead has its spans ready too
-        self.spans = K.attention_spans(rows * columns, columns, self.token_segments)
-        self.tiles = K.attention_tiles(self.spans)
+        self.spans = layouts.attention_spans(rows * columns, columns, self.token_segments)
+        self.tiles = layouts.attention_tiles(self.spans)
 
     @property
     def world_segment_count(self) -> int:
