@@ -107,6 +107,13 @@ def test_embed_a_jsonl_file(trained, capsys):
     status, _, err = command(uform_main, ["embed", str(trained / "run" / "model.safetensors"),
                                           str(trained / "pairs.jsonl"), "--device", "cpu"], capsys)
     assert status == 2 and "pairs.jsonl:1: no 'text' key (name the item's key with --field)" in err
+    model = str(trained / "run" / "model.safetensors")
+    status, _, err = command(uform_main, ["embed", model, str(items), "-o", str(trained / "w.npy"), "--device", "cpu",
+                                          "--width", "64"], capsys)
+    assert status == 2 and "width: the run trained the widths [128], not 64" in err
+    status, out, _ = command(uform_main, ["embed", model, str(items), "-o", str(trained / "w.npy"), "--device", "cpu",
+                                          "--width", "64", "--any-width"], capsys)
+    assert status == 0 and np.load(trained / "w.npy").shape == (3, 64)
 
 
 def test_choose_writes_each_states_probabilities(trained, capsys):

@@ -26,6 +26,14 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     prefix = encoder.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64)
     assert np.array_equal(prefix, trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=64))
     assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
+    assert np.array_equal(encoder.encode("text", TEXTS[:2]), ours[:2])  # a modality's name, for every item
+    assert np.array_equal(encoder.encode(["TEXT", uform.Modality.TEXT], TEXTS[:2]), ours[:2])
+    with pytest.raises(uform.UFormError, match=r"'pixels' names no modality"):
+        encoder.encode("pixels", TEXTS[:2])
+    with pytest.raises(uform.UFormError, match=r"width: the run trained the widths \[64, 128\], not 32"):
+        encoder.encode(uform.Modality.TEXT, TEXTS[:2], width=32)
+    assert np.array_equal(encoder.encode(uform.Modality.TEXT, TEXTS[:2], width=32, any_width=True),
+                          trainer.encode([uform.Modality.TEXT] * 2, TEXTS[:2], width=32))
     on_two = uform.Encoder.load(tmp_path / "model.safetensors", executor=uform.Executor.for_ram(2))
     assert np.array_equal(on_two.encode(uform.Modality.TEXT, TEXTS[:4]), ours[:4])
 

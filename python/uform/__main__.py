@@ -431,7 +431,10 @@ item). For --modality image, video or audio, each item is the path of a media fi
     parser.add_argument("--field", default="text", help="the key of a JSONL object that holds the item")
     parser.add_argument("--modality", choices=("text", "image", "video", "audio"), default="text",
                         help="what the items are")
-    parser.add_argument("--width", type=positive_int, help="a Matryoshka prefix of the embedding (default: all of it)")
+    parser.add_argument("--width", type=positive_int, help="a Matryoshka prefix of the embedding the run trained "
+                                                           "(default: all of it)")
+    parser.add_argument("--any-width", action="store_true", help="take a --width the run never trained (any prefix of "
+                                                                 "the hidden width; default: only those it trained)")
     parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
                         help="items handed to the model at once (the embeddings do not depend on it)")
     parser.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
@@ -496,7 +499,8 @@ def embed(argv: list[str]) -> int:
             raise UsageError(f"INPUT: cannot read the media file {error.filename}: {error.strerror}") from None
     try:
         encoder = Encoder.load(args.checkpoint, device_executor(args))
-        embeddings = encoder.encode(modality, items, width=args.width, batch_size=args.batch_size)
+        embeddings = encoder.encode(modality, items, width=args.width, batch_size=args.batch_size,
+                                    any_width=args.any_width)
     except uform.UFormError as error:
         raise UsageError(error.message) from None
     array = io.BytesIO()

@@ -58,6 +58,23 @@ def run_settings(run: dict) -> dict:
             "choices": Choices(**run["choices"]), "schedule": Schedule(**run["schedule"])}
 
 
+def item_modalities(modalities, count: int) -> list:
+    """One Modality per item from what a caller passes: a Modality, or its name ("text", "IMAGE"), for every item;
+    or a sequence of those, one per item (a string is a name, never a sequence of characters)."""
+    def one(value):
+        if isinstance(value, str):
+            try:
+                return Modality[value.upper()]
+            except KeyError:
+                raise UFormError(ErrorCode.INVALID_ARGUMENT, f"modalities: {value!r} names no modality; one of "
+                                                             f"{[m.name.lower() for m in Modality]}") from None
+        return value
+
+    if isinstance(modalities, (Modality, str)):
+        return [one(modalities)] * count
+    return [one(value) for value in modalities]
+
+
 class Encoder:
     """A trained encoder on one device; ``Encoder.load`` makes one from a checkpoint. Loaded over an executor of
     several devices, it runs on the first of them (docs/training-api.md)."""
@@ -115,14 +132,19 @@ class Encoder:
         return self._trainer
 
     def encode(self, modalities, contents, /, *, width: int | None = None,
-               batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+               batch_size: int = DEFAULT_BATCH_SIZE, any_width: bool = False) -> np.ndarray:
         """float32 (items, width) unit-norm embeddings of the uncorrupted items: ``Trainer.encode`` of the
-        saving trainer, bit for bit. `modalities` is one Modality per item, or one for all of them;
-        `width` a prefix of the hidden width (default: all of it); `batch_size` the items handed to the model
-        at once (the answer does not depend on it). Text items longer than a row are cut to a row, with a
-        warning that counts them."""
+        saving trainer, bit for bit. `modalities` is one Modality (or its name) per item, or one for all of them;
+        `width` one of the widths the run trained (``widths``: its Matryoshka prefixes, else the hidden width;
+        default: all of it), or with `any_width` any prefix of the hidden width; `batch_size` the items handed to
+        the model at once (the answer does not depend on it). Text items longer than a row are cut to a row, with
+        a warning that counts them."""
         contents = list(contents)
-        modalities = [modalities] * len(contents) if isinstance(modalities, Modality) else list(modalities)
+        modalities = item_modalities(modalities, len(contents))
+        if width is not None and not any_width and width not in self.widths:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"width: the run trained the widths {list(self.widths)}, "
+                                                         f"not {width!r}; pass any_width=True (the embed program's --any-width) "
+                                                         "for another prefix")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch_size: must be a positive integer, got {batch_size!r}")
         if len(modalities) != len(contents):
@@ -142,8 +164,7 @@ class Encoder:
         """The unit token vectors of each item (``Trainer.encode_tokens`` of the saving trainer): every position
         of a DOCUMENT, the first ``max_query_span`` of a QUERY; for a run that trained late interaction."""
         contents = list(contents)
-        modalities = [modalities] * len(contents) if isinstance(modalities, Modality) else list(modalities)
-        return self._trainer.encode_tokens(modalities, contents, side=side)
+        return self._trainer.encode_tokens(item_modalities(modalities, len(contents)), contents, side=side)
 
     def text_choose(self, texts, choices, /) -> RowsTape:
         """The distribution over each text's legal bytes at the position after it (``Trainer.text_choose`` of the
