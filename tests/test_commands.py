@@ -158,6 +158,17 @@ def test_ten_pairs_with_default_flags_are_refused_saying_what_to_change(tmp_path
         "for training (5 held out); pass --pairs-per-step 5 or fewer, or more pairs"]
 
 
+def test_a_redirected_run_writes_plain_progress_lines(tmp_path, capsys):
+    """Where stderr is not a terminal, the run's progress is a plain line every steps/20 steps and at the last (a
+    step, its rate and the loss), never a bar's carriage-return redraws."""
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    status, _, err = command(uform_main, ["train", "--pairs", str(pairs), "--steps", "40", "--pairs-per-step", "4",
+                                          "--held-out", "4", "--run-dir", str(tmp_path / "run"), *TINY], capsys)
+    lines = [line for line in err.splitlines() if " steps/s, loss " in line]
+    assert status == 0 and "\r" not in err
+    assert [line.split(":")[0] for line in lines] == [f"step {2 * k}/40" for k in range(1, 21)]
+
+
 def test_ten_pairs_with_no_held_out_train_from_a_toml_config(tmp_path, capsys):
     pairs = write_numbered_pairs(tmp_path / "ten.jsonl", 10)
     (tmp_path / "run.toml").write_text(f'pairs = "{pairs}"\nheld-out = 0\npairs_per_step = 10\nsteps = 2\n')

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 import uform
 from uform.files import write_atomically
@@ -33,7 +32,7 @@ from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metric
                         check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
                         newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
                         positive_int, prepare_run_dir, prune_checkpoints, run_command, save_when_due, saved_once,
-                        stopped_early, write_config)
+                        step_progress, stopped_early, write_config)
 
 TRAIN_DESCRIPTION = """\
 Train a small encoder on (query, document) pairs and measure held-out retrieval.
@@ -355,7 +354,7 @@ def train(argv: list[str]) -> int:
     in_flight: deque = deque()  # (step, its Deferred, its stats), oldest first
     began = time.perf_counter()
     finished_at = began
-    progress = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
+    progress = step_progress(args.steps, start)
     with GracefulStop() as stop:
         step = submitted = start
         try:

@@ -239,6 +239,46 @@ def saved_once(write):
     return save
 
 
+PLAIN_PROGRESS_LINES = 20  # lines a run's progress takes where its output is not a terminal
+
+
+class PlainProgress:
+    """A run's progress where stderr is not a terminal (a redirected log): one plain line every `every` steps and at
+    the last, its step, rate and the loop's latest figures, instead of a bar's redraws. The calls of tqdm's bar
+    that the programs make."""
+
+    def __init__(self, total: int, initial: int, every: int):
+        self.total, self.step, self.every = total, initial, every
+        self.figures: dict[str, str] = {}
+        self.began, self.began_at = time.perf_counter(), initial
+
+    def update(self) -> None:
+        self.step += 1
+        if falls_on(self.step, self.every) or self.step == self.total:
+            rate = (self.step - self.began_at) / max(time.perf_counter() - self.began, 1e-9)
+            figures = "".join(f", {name} {value}" for name, value in self.figures.items())
+            print(f"step {self.step}/{self.total}: {rate:.2f} steps/s{figures}", file=sys.stderr, flush=True)
+
+    def set_postfix(self, **figures) -> None:
+        self.figures = {name: str(value) for name, value in figures.items()}
+
+    def write(self, text: str, file=None) -> None:
+        print(text, file=file or sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def step_progress(total: int, initial: int):
+    """The progress of a run of `total` steps from `initial`: tqdm's bar on a terminal, else PlainProgress's
+    lines, about PLAIN_PROGRESS_LINES of them."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True)
+    return PlainProgress(total, initial, max(1, -(-(total - initial) // PLAIN_PROGRESS_LINES)))
+
+
 def save_when_due(progress, step: int, args, save) -> None:
     """A periodic checkpoint every --save-every steps (the run's last step is saved by :func:`close_run`)."""
     if falls_on(step, args.save_every) and step < args.steps:

@@ -20,13 +20,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from ..errors import UFormError
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
                     checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
-                    prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run,
+                    prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run, step_progress,
                     stopped_early)
 from .config import LanguageModelConfig, parameter_registry
 from .corpus import TokenBatches
@@ -159,7 +158,7 @@ def train(argv: list[str]) -> int:
 
     began = time.perf_counter()
     tokens = DEMO_SHAPE.batch * DEMO_SHAPE.length
-    progress = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
+    progress = step_progress(args.steps, start)
     with GracefulStop() as stop:
         step = start
         while step < args.steps and stop.signal is None:
