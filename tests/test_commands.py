@@ -58,7 +58,7 @@ def trained(tmp_path_factory):
 def test_train_job_writes_its_run_directory(trained):
     run = trained / "run"
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.toml", "loss.png", "metrics.csv",
-                                                    "model.safetensors"]
+                                                    "model.safetensors", "summary.json"]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-0000004.safetensors"]
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert [row["step"] for row in rows] == ["1", "2", "3", "4"]
@@ -67,6 +67,11 @@ def test_train_job_writes_its_run_directory(trained):
     assert 'pairs-per-step = 4' in (run / "config.toml").read_text()
     assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
     assert uform.Encoder.load(run / "model.safetensors", "cpu").steps == 4
+    summary = json.loads((run / "summary.json").read_text())
+    held = summary["held_out"]
+    assert (summary["first_step"], summary["steps"], summary["query_modality"], held["pairs"]) == (1, 4, "text", 4)
+    assert held["recall_at_1"] == float(rows[-1]["held_out_recall_at_1"]) and held["best_step"] in (2, 4)
+    assert set(held["baselines"]) == {"bag-of-bytes", "BM25"} and summary["seconds"] > 0
 
 
 def test_train_warmup_steps_set_the_warmup(tmp_path):

@@ -28,11 +28,11 @@ from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.datasets import mine_standard_library_pairs, name_pairs
 from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, pair_relations, read_pairs, retrieval_metrics,
                          split_by_document, split_pairs)
-from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                        check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
+from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, SUMMARY, GracefulStop, Metrics, Parser, UsageError,
+                        add_run_flags, check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
                         newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
                         positive_int, prepare_run_dir, prune_checkpoints, run_command, save_when_due, saved_once,
-                        step_progress, stopped_early, write_config)
+                        step_progress, stopped_early, write_config, write_summary)
 
 TRAIN_DESCRIPTION = """\
 Train a small encoder on (query, document) pairs and measure held-out retrieval.
@@ -54,7 +54,8 @@ steps, with recall@10 and MRR, beside baselines: for text, the same recall of a 
 embedding (hashed byte bigrams) and of BM25; for media, chance (1/n) and, for digits, the pixels.
 
 The run directory holds config.toml (every setting, resolved), metrics.csv (one row per step),
-loss.png (redrawn at each save and evaluation), checkpoints/ (every --save-every steps, the last
+loss.png (redrawn at each save and evaluation), summary.json (the closing lines' figures: steps,
+time, held-out metrics, best, baselines), checkpoints/ (every --save-every steps, the last
 --keep kept) and model.safetensors (the final checkpoint, for `python -m uform embed` or
 uform.Encoder.load). Steps run deferred, two in flight, so that the next batch is packed while the
 device runs one. Ctrl-C or SIGTERM finishes the steps in flight, saves and exits with 128 + the
@@ -212,9 +213,9 @@ def held_out_metrics(trainer: uform.Trainer, job: Job, held_out: list) -> dict[s
                              trainer.encode([uform.Modality.TEXT] * len(documents), documents), truth=truth)
 
 
-def baseline(job: Job, training: list, held_out: list) -> tuple[tuple[str, float], str]:
-    """The recall@1 to beat, as (name, value), and every baseline's as the reports write them: for text queries the
-    better of a bag-of-bytes embedding and BM25, for digits a logistic regression on the pixels, else chance."""
+def baseline(job: Job, training: list, held_out: list) -> tuple[tuple[str, float], dict[str, float]]:
+    """The recall@1 to beat, as (name, value), and every baseline's by name: for text queries the better of a
+    bag-of-bytes embedding and BM25, for digits a logistic regression on the pixels, else chance."""
     queries = [p.query for p in held_out]
     documents, truth = held_out_documents(held_out)
     if job.query_modality == uform.Modality.TEXT:
@@ -226,7 +227,7 @@ def baseline(job: Job, training: list, held_out: list) -> tuple[tuple[str, float
         if job.pixel_baseline is not None:
             found["pixel logistic regression"] = job.pixel_baseline(training, held_out)
     best = max(found, key=found.get)
-    return (f"{best} baseline", found[best]), " · ".join(f"{name} {value:.3f}" for name, value in found.items())
+    return (f"{best} baseline", found[best]), found
 
 
 def objective(args, job: Job) -> str:
@@ -333,7 +334,8 @@ def train(argv: list[str]) -> int:
     kind = job.query_modality.name.lower()
     print(f"{len(training)} training pairs, {len(held_out)} held out; depth {args.depth}, hidden {args.hidden}, on "
           f"{executor}; {'resuming at step ' + str(start) if resuming else 'new run'} in {run_dir}", file=sys.stderr)
-    reference, against = baseline(job, training, held_out) if held_out else (None, None)
+    reference, baselines = baseline(job, training, held_out) if held_out else (None, {})
+    against = " · ".join(f"{name} {value:.3f}" for name, value in baselines.items())
 
     @saved_once
     def save(step: int) -> Path:
@@ -410,9 +412,14 @@ def train(argv: list[str]) -> int:
         outcome = f"best held-out recall@1 {best:.3f} at step {best_step}"
     else:
         outcome = "no held-out pairs, so no recall (--held-out 0)"
+    write_summary(run_dir / SUMMARY, {
+        "first_step": start + 1, "steps": step, "seconds": elapsed, "steps_per_second": rate,
+        "executor": str(executor), "query_modality": kind,
+        "held_out": {"pairs": len(held_out), **{name: metrics.latest(column) for name, column in HELD_OUT.items()},
+                     "best_recall_at_1": best, "best_step": best_step, "baselines": baselines} if held_out else None})
     print(f"trained steps {start + 1}–{step} in {elapsed:.1f} s ({rate:.2f} steps/s) on {executor}; {outcome}")
-    print(f"run directory {run_dir}: {CONFIG}, {METRICS}, {PLOT}, model{EXTENSION}, {CHECKPOINTS}/ (the last "
-          f"{args.keep} step checkpoints)")
+    print(f"run directory {run_dir}: {CONFIG}, {METRICS}, {PLOT}, {SUMMARY}, model{EXTENSION}, {CHECKPOINTS}/ (the "
+          f"last {args.keep} step checkpoints)")
     return 0
 
 

@@ -35,6 +35,7 @@ CHECKPOINTS = "checkpoints"
 CONFIG = "config.toml"
 METRICS = "metrics.csv"
 PLOT = "loss.png"
+SUMMARY = "summary.json"
 
 
 class UsageError(Exception):
@@ -277,6 +278,11 @@ def step_progress(total: int, initial: int):
 
         return tqdm(total=total, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True)
     return PlainProgress(total, initial, max(1, -(-(total - initial) // PLAIN_PROGRESS_LINES)))
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    """The run's closing summary, what its last lines say, as JSON (atomically)."""
+    write_atomically(path, [json.dumps(summary, indent=2).encode() + b"\n"])
 
 
 def save_when_due(progress, step: int, args, save) -> None:
