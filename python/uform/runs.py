@@ -28,8 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+import tomli_w
+
 from .executor import Executor, default_executor, executor_from
 from .files import write_atomically
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as a package (pyproject.toml asks for it there)
+    import tomli as tomllib
 
 CHECKPOINTS = "checkpoints"
 CONFIG = "config.toml"
@@ -129,10 +136,6 @@ def read_config(parser: argparse.ArgumentParser, path: Path, flag: str) -> dict:
     """A TOML config's settings, named as the flags (``pairs-per-step`` or ``pairs_per_step``), each checked
     and converted as its flag would be."""
     try:
-        import tomllib
-    except ImportError:
-        raise UsageError(f"{flag}: reading TOML needs Python 3.11 or later (tomllib); pass the settings as flags")
-    try:
         with open(path, "rb") as file:
             table = tomllib.load(file)
     except OSError as error:
@@ -161,13 +164,10 @@ def read_config(parser: argparse.ArgumentParser, path: Path, flag: str) -> dict:
 
 def write_config(path: Path, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Every setting of `args` as TOML, named as the flags; a setting left unset is left out."""
-    lines = [f"# {parser.prog}: the resolved settings of this run (--config reads this file)"]
-    for dest in settings(parser):
-        value = getattr(args, dest)
-        if value is not None:
-            value = str(value) if isinstance(value, Path) else value
-            lines.append(f"{dest.replace('_', '-')} = {json.dumps(value)}")
-    write_atomically(path, ["\n".join(lines).encode() + b"\n"])
+    table = {dest.replace("_", "-"): str(value) if isinstance(value, Path) else value
+             for dest in settings(parser) if (value := getattr(args, dest)) is not None}
+    header = f"# {parser.prog}: the resolved settings of this run (--config reads this file)\n"
+    write_atomically(path, [(header + tomli_w.dumps(table)).encode()])
 
 
 def parse_run_flags(parser: argparse.ArgumentParser, argv: list[str], resumable: tuple[str, ...]):
