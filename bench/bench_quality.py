@@ -281,7 +281,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit("--eval-every: must be positive")
     if args.quick:
         args.steps, args.pairs_per_step, args.depth, args.hidden, args.eval_every = 200, 32, 2, 128, 100
-    args.pairs, args.examples, args.held_out = None, 0, 500  # the train program's own defaults
+    args.pairs, args.examples, args.held_out, args.eval_pairs = None, 0, 500, None  # the train program's defaults
     return args
 
 

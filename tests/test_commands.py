@@ -163,6 +163,22 @@ def test_ten_pairs_with_default_flags_are_refused_saying_what_to_change(tmp_path
         "for training (5 held out); pass --pairs-per-step 5 or fewer, or more pairs"]
 
 
+def test_eval_pairs_hold_out_a_file_and_keep_its_items_out_of_training(tmp_path, capsys):
+    """--eval-pairs evaluates on a file's pairs instead of a split; training pairs that share a query or a document
+    with it are left out (and counted), and the held-out recall is the file's."""
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    evaluation = write_numbered_pairs(tmp_path / "eval.jsonl", 3)  # functions 0-2, which pairs.jsonl holds too
+    status, out, err = command(uform_main, ["train", "--pairs", str(pairs), "--eval-pairs", str(evaluation),
+                                            "--steps", "2", "--pairs-per-step", "4", "--run-dir",
+                                            str(tmp_path / "run"), *TINY], capsys)
+    assert status == 0 and "--eval-pairs: 3 of the 12 training pairs share a query or a document" in err
+    assert "recall@1 over 3 pairs" in out
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["held_out"]["pairs"] == 3
+    status, _, err = command(uform_main, ["train", "--pairs", str(pairs), "--eval-pairs", str(tmp_path / "none"),
+                                          "--run-dir", str(tmp_path / "other"), *TINY], capsys)
+    assert status == 2 and "--eval-pairs: cannot read" in err
+
+
 def test_a_redirected_run_writes_plain_progress_lines(tmp_path, capsys):
     """Where stderr is not a terminal, the run's progress is a plain line every steps/20 steps and at the last (a
     step, its rate and the loss), never a bar's carriage-return redraws."""

@@ -116,17 +116,22 @@ def first_examples(pairs: list, args) -> list:
     return pairs[:args.examples] if args.examples else pairs
 
 
+def pairs_file(path: Path, flag: str) -> list:
+    """The pairs of a JSONL file a flag names, or a usage error naming the flag, the file and what is wrong."""
+    try:
+        pairs = read_pairs(path)
+    except OSError as error:
+        raise UsageError(f"{flag}: cannot read {path}: {error.strerror}") from None
+    except uform.UFormError as error:
+        raise UsageError(f"{flag}: {error.message}") from None
+    if not pairs:
+        raise UsageError(f"{flag}: {path} holds no pairs")
+    return pairs
+
+
 def load_job(args) -> Job:
     if args.pairs:
-        try:
-            pairs = read_pairs(args.pairs)
-        except OSError as error:
-            raise UsageError(f"--pairs: cannot read {args.pairs}: {error.strerror}") from None
-        except uform.UFormError as error:
-            raise UsageError(f"--pairs: {error.message}") from None
-        if not pairs:
-            raise UsageError(f"--pairs: {args.pairs} holds no pairs")
-        return Job(pairs, uform.Modality.TEXT)
+        return Job(pairs_file(args.pairs, "--pairs"), uform.Modality.TEXT)
     if args.data == "names":
         return Job(first_examples(name_pairs(), args), uform.Modality.TEXT, split_by_document=True)
     if args.data == "digits":
@@ -159,10 +164,21 @@ def load_job(args) -> Job:
 
 
 def split(job: Job, args) -> tuple[list, list]:
-    """(training, held out) pairs: --held-out of them, at most half, kept out; refuses a split that leaves
+    """(training, held out) pairs: --held-out of them, at most half, kept out; or with --eval-pairs that file's
+    pairs, the training pairs that share a query or a document with them left out. Refuses a split that leaves
     fewer training pairs than a step draws."""
     count = len(job.pairs)
-    if job.apart is not None:  # the held-out pairs come from those kept apart, none of which trains
+    if args.eval_pairs is not None:
+        if job.query_modality != uform.Modality.TEXT:
+            raise UsageError("--eval-pairs: a JSONL file holds text pairs; media runs hold out their own")
+        held_out = pairs_file(args.eval_pairs, "--eval-pairs")
+        seen = {p.query for p in held_out} | {p.document for p in held_out}
+        training = [p for p in job.pairs if p.query not in seen and p.document not in seen]
+        held = args.held_out
+        if len(training) < count:
+            print(f"--eval-pairs: {count - len(training)} of the {count} training pairs share a query or a document "
+                  f"with {args.eval_pairs} and are left out", file=sys.stderr)
+    elif job.apart is not None:  # the held-out pairs come from those kept apart, none of which trains
         apart = [p for p, kept in zip(job.pairs, job.apart) if kept]
         held, limit = min(args.held_out, len(apart)), f"all {len(apart)} pairs kept apart from training"
         training = [p for p, kept in zip(job.pairs, job.apart) if not kept]
@@ -173,7 +189,7 @@ def split(job: Job, args) -> tuple[list, list]:
         limit = f"half of the {units} {'distinct documents' if job.split_by_document else 'pairs'}"
         training, held_out = (split_by_document(job.pairs, held, seed=args.seed) if job.split_by_document
                               else split_pairs(job.pairs, held / count, seed=args.seed))
-    if held < args.held_out:
+    if held < args.held_out:  # (--eval-pairs holds out its file whole)
         print(f"--held-out {args.held_out}: holding out {held}, {limit}", file=sys.stderr)
     if len(training) < args.pairs_per_step:
         raise UsageError(f"--pairs-per-step: a step draws {args.pairs_per_step} distinct pairs but only "
@@ -277,6 +293,9 @@ def train_parser() -> Parser:
                       help="use the first N pairs of the built-in data (0: all of them)")
     data.add_argument("--held-out", type=non_negative_int, default=500, metavar="N",
                       help="pairs kept out of training for recall@1, at most half of them (0: no evaluation)")
+    data.add_argument("--eval-pairs", type=Path, metavar="JSONL",
+                      help="a JSONL pairs file to evaluate on instead of pairs split off training (its queries and "
+                           "documents then never train; default: none)")
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--depth", type=positive_int, default=4, help="transformer blocks")
     model.add_argument("--hidden", type=positive_int, default=256, help="width, a multiple of 128")
