@@ -72,7 +72,8 @@ DATA_STREAM = 2**32
 repeats the key [seed, n] of tensor n's initialisation."""
 EXTENSION = ".safetensors"
 METRIC = "held_out_recall_at_1"
-HELD_OUT = {"recall_at_1": METRIC, "recall_at_10": "held_out_recall_at_10", "mrr": "held_out_mrr"}
+HELD_OUT = {"recall_at_1": METRIC, "recall_at_5": "held_out_recall_at_5", "recall_at_10": "held_out_recall_at_10",
+            "mrr": "held_out_mrr", "ndcg_at_10": "held_out_ndcg_at_10"}
 """Each of retrieval_metrics' figures and its metrics.csv column."""
 COLUMNS = ["step", "loss", "masked_text_loss", "contrastive_loss", "reconstruction_loss", "learning_rate",
            "step_seconds", "pairs_per_second", *HELD_OUT.values()]

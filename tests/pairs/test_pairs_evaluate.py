@@ -82,8 +82,23 @@ def test_retrieval_metrics_rank_ties_against_the_correct_document():
     ranks = 1 + np.array([np.sum(np.delete(row, i) >= row[i]) for i, row in enumerate(similarity)])
     assert metrics["mrr"] == pytest.approx(np.mean(1 / ranks))
     assert metrics["recall_at_10"] == pytest.approx(np.mean(ranks <= 10))
+    assert metrics["recall_at_5"] == pytest.approx(np.mean(ranks <= 5))
     constant = retrieval_metrics(scores=np.ones((5, 5)))
-    assert constant == {"recall_at_1": 0.0, "recall_at_10": 1.0, "mrr": pytest.approx(1 / 5)}
+    assert constant == {"recall_at_1": 0.0, "recall_at_5": 1.0, "recall_at_10": 1.0, "mrr": pytest.approx(1 / 5),
+                        "ndcg_at_10": pytest.approx(1 / np.log2(6))}
+
+
+def test_ndcg_at_10_is_scikit_learns_for_one_relevant_document():
+    """With one relevant document a query and no ties, nDCG@10 is scikit-learn's ndcg_score at k=10."""
+    from sklearn.metrics import ndcg_score
+
+    rng = np.random.default_rng(9)
+    scores = rng.normal(size=(30, 40))
+    truth = rng.integers(0, 40, 30)
+    relevance = np.zeros_like(scores)
+    relevance[np.arange(30), truth] = 1
+    assert retrieval_metrics(scores=scores, truth=truth)["ndcg_at_10"] == pytest.approx(
+        ndcg_score(relevance, scores, k=10), rel=1e-12)
 
 
 def test_bm25_finds_the_document_sharing_words():

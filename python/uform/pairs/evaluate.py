@@ -49,7 +49,8 @@ def _unit_rows(name: str, x) -> np.ndarray:
 
 
 def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores=None, truth=None) -> dict[str, float]:
-    """Recall@1, recall@10 and the mean reciprocal rank of each query's own document among all of them, by cosine
+    """Recall@1, @5 and @10, the mean reciprocal rank and nDCG@10 of each query's own document among all of them
+    (one relevant document a query: nDCG@10 is 1/log2(1 + rank) within the first 10, else 0), by cosine
     of the embeddings (as :func:`recall_at_1` normalises them) or by given ``scores`` (queries, documents), higher
     better. ``truth[i]``: the index of query i's document (default: i, as many queries as documents). A document
     that ties with the correct one ranks ahead of it, so a constant embedding scores 0 at recall@1 and 1/n as
@@ -71,8 +72,9 @@ def retrieval_metrics(query_embeddings=None, document_embeddings=None, *, scores
         raise ValueError(f"retrieval_metrics needs at least one query and a document index per query in "
                          f"[0, {shape[1]}), got {shape[0]} queries and truth of shape {truth.shape}")
     ranks = _ranks(truth, scores=scores) if scores is not None else _ranks(truth, queries, documents)
-    return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_10": float(np.mean(ranks <= 10)),
-            "mrr": float(np.mean(1.0 / ranks))}
+    return {"recall_at_1": float(np.mean(ranks == 1)), "recall_at_5": float(np.mean(ranks <= 5)),
+            "recall_at_10": float(np.mean(ranks <= 10)), "mrr": float(np.mean(1.0 / ranks)),
+            "ndcg_at_10": float(np.mean(np.where(ranks <= 10, 1.0 / np.log2(1.0 + ranks), 0.0)))}
 
 
 def _ranks(truth: np.ndarray, queries=None, documents=None, *, scores=None) -> np.ndarray:
