@@ -38,6 +38,11 @@ def test_blank_lines_crlf_and_bom_are_accepted(tmp_path):
     assert read_pairs(_file(tmp_path, "", "empty.jsonl")) == []
 
 
+def test_sentence_transformers_column_names_are_read(tmp_path):
+    path = _file(tmp_path, '{"anchor": "a", "positive": "b"}\n{"anchor": "c", "document": "d", "weight": 2}\n')
+    assert read_pairs(path) == [Pair("a", "b"), Pair("c", "d", 2.0)]
+
+
 def _refusal(tmp_path, text):
     path = _file(tmp_path, '{"query": "fine", "document": "fine"}\n\n' + text + "\n")
     with pytest.raises(PairFormatError) as info:
@@ -70,6 +75,10 @@ def _refusal(tmp_path, text):
     ('{"query": "a", "document": "b", "group": 1.0}', "'group' must be an integer, got float"),
     ('{"query": "a", "document": "b", "group": false}', "'group' must be an integer, got bool"),
     ('{"query": "a", "document": "b", "group": -1}', "'group' must be >= 0, got -1"),
+    ('{"query": "a", "anchor": "a", "document": "b"}', "both 'query' and 'anchor' (sentence-transformers' name for it): "
+                                                       "keep one"),
+    ('{"anchor": "a", "positive": "b", "negative": "c"}', "a 'negative' column (hard negatives) is not read: the pair "
+                                                          "format has no place for it yet; leave it out"),
 ])
 def test_refusals_name_the_line_and_problem(tmp_path, line, message):
     assert _refusal(tmp_path, line) == message

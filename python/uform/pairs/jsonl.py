@@ -19,6 +19,10 @@ Keys (any other key is refused, so a typo like ``"doc"`` cannot pass silently):
     A caller-defined label, >= 0 (the run may use it as the temperature group). Booleans are
     not integers here, nor is ``1.0``.
 
+sentence-transformers' column names are read too: ``anchor`` for ``query`` and ``positive`` for
+``document`` (a line names its texts one way or the other, not both). A ``negative`` column (hard
+negatives) is refused, saying so: the format has no place for it yet.
+
 Blank (empty or whitespace-only) lines are skipped; line numbers in errors count every physical
 line from 1, blank ones included, so they match an editor's. Every error is a
 :class:`PairFormatError` (a ``UFormError`` with ``ErrorCode.INVALID_ARGUMENT``, and also a
@@ -43,6 +47,7 @@ from ..errors import ErrorCode, UFormError
 __all__ = ["Pair", "PairFormatError", "read_pairs", "write_pairs"]
 
 _KEYS = ("query", "document", "weight", "group")
+_ALIASES = {"query": "anchor", "document": "positive"}  # sentence-transformers' names of the two texts
 
 
 class PairFormatError(UFormError, ValueError):
@@ -117,6 +122,14 @@ def _parse_line(text: str) -> Pair:
         raise PairFormatError(f"bad JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(record, dict):
         raise PairFormatError(f"expected a JSON object, got {type(record).__name__}")
+    for ours, theirs in _ALIASES.items():
+        if theirs in record:
+            if ours in record:
+                raise PairFormatError(f"both {ours!r} and {theirs!r} (sentence-transformers' name for it): keep one")
+            record[ours] = record.pop(theirs)
+    if "negative" in record or any(key.startswith("negative_") for key in record):
+        raise PairFormatError("a 'negative' column (hard negatives) is not read: the pair format has no place for it "
+                              "yet; leave it out")
     for key in ("query", "document"):
         if key not in record:
             raise PairFormatError(f"missing key {key!r}")
