@@ -179,6 +179,42 @@ def test_eval_pairs_hold_out_a_file_and_keep_its_items_out_of_training(tmp_path,
     assert status == 2 and "--eval-pairs: cannot read" in err
 
 
+def test_a_signal_at_the_final_link_still_ends_with_the_model(tmp_path, capsys, monkeypatch):
+    """The final save and the model's link run under the loop's signal handlers: a SIGINT landing there lets them
+    finish, and the run ends with its model."""
+    from uform import runs
+
+    link = runs.link_final
+
+    def interrupted_link(checkpoint, final):
+        os.kill(os.getpid(), signal.SIGINT)
+        link(checkpoint, final)
+
+    monkeypatch.setattr(runs, "link_final", interrupted_link)
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    status, _, err = command(uform_main, ["train", "--pairs", str(pairs), "--steps", "2", "--pairs-per-step", "4",
+                                          "--held-out", "4", "--save-every", "0", "--run-dir", str(tmp_path / "run"),
+                                          *TINY], capsys)
+    assert status == 0 and "SIGINT: finishing the steps under way" in err
+    assert (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_a_finished_run_without_its_model_gets_it_on_resume(tmp_path, capsys):
+    """A run whose steps are all taken but whose model.safetensors is missing (a signal after the last save) is
+    finished by --resume: the model is its last checkpoint. With the model there, --resume asks for more steps."""
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    run = tmp_path / "run"
+    status, _, _ = command(uform_main, ["train", "--pairs", str(pairs), "--steps", "2", "--pairs-per-step", "4",
+                                        "--held-out", "4", "--run-dir", str(run), *TINY], capsys)
+    model = run / "model.safetensors"
+    saved = model.read_bytes()
+    model.unlink()
+    status, out, _ = command(uform_main, ["train", "--resume", str(run)], capsys)
+    assert status == 0 and "took all its 2 steps" in out and model.read_bytes() == saved
+    status, _, err = command(uform_main, ["train", "--resume", str(run)], capsys)
+    assert status == 2 and "already took 2 steps; pass --steps with more" in err
+
+
 def test_a_redirected_run_writes_plain_progress_lines(tmp_path, capsys):
     """Where stderr is not a terminal, the run's progress is a plain line every steps/20 steps and at the last (a
     step, its rate and the loss), never a bar's carriage-return redraws."""

@@ -29,10 +29,10 @@ from uform.datasets import mine_standard_library_pairs, name_pairs
 from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, pair_relations, read_pairs, retrieval_metrics,
                          split_by_document, split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, SUMMARY, GracefulStop, Metrics, Parser, UsageError,
-                        add_run_flags, check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction, link_final,
+                        add_run_flags, check_writable, checkpoint_path, close_run, device_executor, falls_on, fraction,
                         newest_checkpoint, non_negative_float, non_negative_int, parse_run_flags, plot, positive_float,
-                        positive_int, prepare_run_dir, prune_checkpoints, run_command, save_when_due, saved_once,
-                        step_progress, stopped_early, write_config, write_summary)
+                        no_steps_left, positive_int, prepare_run_dir, prune_checkpoints, run_command, save_when_due,
+                        saved_once, step_progress, stopped_early, write_config, write_summary)
 
 TRAIN_DESCRIPTION = """\
 Train a small encoder on (query, document) pairs and measure held-out retrieval.
@@ -346,8 +346,8 @@ def train(argv: list[str]) -> int:
     except uform.UFormError as error:
         raise UsageError(error.message) from None
     start = trainer.completed_steps
-    if start >= args.steps:
-        raise UsageError(f"--steps: the run in {run_dir} already took {start} steps; pass --steps with more")
+    if no_steps_left(run_dir, start, args.steps, resume_from, run_dir / f"model{EXTENSION}"):
+        return 0
     write_config(run_dir / CONFIG, parser, args)
     metrics = Metrics(run_dir / METRICS, COLUMNS, resumed_at=start if resuming else None)
 
@@ -418,12 +418,12 @@ def train(argv: list[str]) -> int:
             for _, queued, _ in in_flight:
                 queued.cancel()
             raise
-    last, elapsed = close_run(progress, metrics, save, step, began)
+        last, elapsed = close_run(progress, metrics, save, step, began,
+                                  run_dir / f"model{EXTENSION}" if step >= args.steps else None)
     rate = (step - start) / elapsed
     status = stopped_early(stop, step, args, last, f"python -m uform train --resume {run_dir}")
     if status is not None:
         return status
-    link_final(last, run_dir / f"model{EXTENSION}")
     if held_out:
         print(f"held-out {kind}→text recall@1 over {len(held_out)} pairs: uform {metrics.latest(METRIC):.3f} · "
               f"{against} (recall@10 {metrics.latest(HELD_OUT['recall_at_10']):.3f}, MRR "

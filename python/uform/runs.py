@@ -291,14 +291,30 @@ def save_when_due(progress, step: int, args, save) -> None:
         progress.write(f"step {step}: saved {save(step)}", file=sys.stderr)
 
 
-def close_run(progress, metrics, save, step: int, began: float) -> tuple[Path, float]:
-    """Ends a run's loop: the progress bar closed, the last checkpoint saved, the metrics flushed; answers that
-    checkpoint and the seconds since `began`."""
+def close_run(progress, metrics, save, step: int, began: float, final: Path | None) -> tuple[Path, float]:
+    """Ends a run's loop: the progress bar closed, the last checkpoint saved, the metrics flushed, and for a run
+    whose steps are all taken `final` (model.safetensors) made that checkpoint; answers it and the seconds since
+    `began`. Called under the loop's GracefulStop, so that a signal now cannot cut the save or the link."""
     progress.close()
     last = save(step)
     elapsed = time.perf_counter() - began
     metrics.close()
+    if final is not None:
+        link_final(last, final)
     return last, elapsed
+
+
+def no_steps_left(run_dir: Path, start: int, steps: int, newest: Path | None, final: Path) -> bool:
+    """For a run that took `start` of its `steps`: False while steps are left. A resumed run whose steps are all
+    taken but whose `final` model is missing (a signal after its last save) gets it from the `newest` checkpoint:
+    True, said on stdout. Any other run with none left is refused (pass --steps with more)."""
+    if start < steps:
+        return False
+    if newest is not None and start == steps and not final.exists():
+        link_final(newest, final)
+        print(f"the run in {run_dir} took all its {steps} steps; {final.name} is its last checkpoint, {newest.name}")
+        return True
+    raise UsageError(f"--steps: the run in {run_dir} already took {start} steps; pass --steps with more")
 
 
 def stopped_early(stop, step: int, args, last: Path, resume: str) -> int | None:

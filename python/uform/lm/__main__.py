@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import UFormError
 from ..runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, GracefulStop, Metrics, Parser, UsageError, add_run_flags,
-                    checkpoint_path, device_executor, falls_on, link_final, newest_checkpoint, non_negative_float,
+                    checkpoint_path, device_executor, falls_on, newest_checkpoint, no_steps_left, non_negative_float,
                     non_negative_int, parse_run_flags, plot, positive_float, positive_int, prepare_run_dir,
                     prune_checkpoints, run_command, write_config, save_when_due, saved_once, close_run, step_progress,
                     stopped_early)
@@ -141,8 +141,9 @@ def train(argv: list[str]) -> int:
     if resuming and trainer.data_schedule["corpus_sha256"] != batches.data_schedule()["corpus_sha256"]:
         raise UsageError(f"--resume: the corpus differs from the one the run in {run_dir} trained on")
     start = trainer.step_
-    if start >= args.steps:
-        raise UsageError(f"--steps: the run in {run_dir} already took {start} steps; pass --steps with more")
+    if no_steps_left(run_dir, start, args.steps, newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None,
+                     run_dir / f"model{EXTENSION}"):
+        return 0
     write_config(run_dir / CONFIG, options, args)
     metrics = Metrics(run_dir / METRICS, COLUMNS, resumed_at=start if resuming else None)
     print(f"training {DEMO_SHAPE.n_total:,} parameters on {batches.n_windows + DEMO_SHAPE.length:,} bytes of {name} "
@@ -176,11 +177,11 @@ def train(argv: list[str]) -> int:
                 progress.write(f"step {step}: held-out loss {held:.3f} ({held / np.log(2):.2f} bits per byte)",
                                file=sys.stderr)
             save_when_due(progress, step, args, save)
-    last, elapsed = close_run(progress, metrics, save, step, began)
+        last, elapsed = close_run(progress, metrics, save, step, began,
+                                  run_dir / f"model{EXTENSION}" if step >= args.steps else None)
     status = stopped_early(stop, step, args, last, f"python -m uform.lm --resume {run_dir}")
     if status is not None:
         return status
-    link_final(last, run_dir / f"model{EXTENSION}")
     lowest = metrics.best("held_out_loss", lowest=True)
     outcome = f"lowest held-out loss {lowest[0]:.3f} at step {lowest[1]}" if lowest else "nothing held out"
     print(f"trained steps {start + 1}–{step} in {elapsed:.1f} s ({(step - start) / elapsed:.2f} steps/s) on "
