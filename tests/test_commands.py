@@ -57,7 +57,7 @@ def trained(tmp_path_factory):
 
 def test_train_job_writes_its_run_directory(trained):
     run = trained / "run"
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.toml", "loss.png", "metrics.csv",
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.toml", "loss.png", "metrics.csv",
                                                     "model.safetensors", "summary.json"]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-0000004.safetensors"]
     rows = list(csv.DictReader(open(run / "metrics.csv")))
@@ -215,6 +215,37 @@ def test_a_finished_run_without_its_model_gets_it_on_resume(tmp_path, capsys):
     assert status == 2 and "already took 2 steps; pass --steps with more" in err
 
 
+def test_a_run_owns_its_directory(tmp_path, capsys):
+    """Another process training in a run directory (holding its lock) refuses this one; so do a new run's
+    checkpoints of another run; a garbled metrics.csv row is dropped on --resume."""
+    import fcntl
+
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    flags = ["--pairs", str(pairs), "--steps", "2", "--pairs-per-step", "4", "--held-out", "4", *TINY]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True)\n"
+                               "time.sleep(60)", str(busy / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        status, _, err = command(uform_main, ["train", "--run-dir", str(busy), *flags], capsys)
+        assert status == 2 and "another process is training in" in err
+    finally:
+        holder.kill()
+    foreign = tmp_path / "foreign"
+    (foreign / "checkpoints").mkdir(parents=True)
+    (foreign / "checkpoints" / "step-0000009.safetensors").write_bytes(b"x")
+    status, _, err = command(uform_main, ["train", "--run-dir", str(foreign), *flags], capsys)
+    assert status == 2 and "holds files but" in err and "not this run's checkpoints" in err
+    run = tmp_path / "run"
+    assert command(uform_main, ["train", "--run-dir", str(run), *flags, "--steps", "1"], capsys)[0] == 0
+    with open(run / "metrics.csv", "a") as file:
+        file.write("\0\0\0,0.5")  # a garbled row (a crash can leave zeros where a write was under way)
+    status, _, _ = command(uform_main, ["train", "--resume", str(run), "--steps", "2"], capsys)
+    assert status == 0 and [row["step"] for row in csv.DictReader(open(run / "metrics.csv"))] == ["1", "2"]
+
+
 def test_a_redirected_run_writes_plain_progress_lines(tmp_path, capsys):
     """Where stderr is not a terminal, the run's progress is a plain line every steps/20 steps and at the last (a
     step, its rate and the loss), never a bar's carriage-return redraws."""
@@ -330,7 +361,8 @@ def test_language_model_demo_writes_a_run_and_resumes(tmp_path, capsys):
     status, out, _ = command(lm_main, argv, capsys)
     assert status == 0 and "lowest held-out loss" in out and "sample at temperature 0.8: def " in out
     run = tmp_path / "lm"
-    assert {p.name for p in run.iterdir()} == {"checkpoints", "config.toml", "loss.png", "metrics.csv", "model.uformlm"}
+    assert {p.name for p in run.iterdir()} == {".lock", "checkpoints", "config.toml", "loss.png", "metrics.csv",
+                                               "model.uformlm"}
     assert all(row["held_out_loss"] for row in csv.DictReader(open(run / "metrics.csv")))
     status, _, err = command(lm_main, ["--resume", str(run)], capsys)
     assert status == 2 and "--steps: the run in" in err and "already took 2 steps" in err

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import io
 import json
 import math
@@ -43,6 +44,8 @@ CONFIG = "config.toml"
 METRICS = "metrics.csv"
 PLOT = "loss.png"
 SUMMARY = "summary.json"
+LOCK = ".lock"
+_HELD_LOCKS: dict[Path, object] = {}  # each run directory's lock file, open (so held) until the process ends
 
 
 class UsageError(Exception):
@@ -327,11 +330,15 @@ def stopped_early(stop, step: int, args, last: Path, resume: str) -> int | None:
 
 
 def prepare_run_dir(run_dir: Path, resuming: bool, flag: str) -> None:
-    """Create the run directory and its checkpoints folder and prove both writable, before any training. A
-    new run refuses a directory that already holds one."""
+    """Create the run directory and its checkpoints folder, prove both writable and take the directory's lock
+    (held until the process ends), before any training. A new run refuses a directory that already holds one, or
+    checkpoints of one; any run refuses a directory another process is training in."""
     if not resuming and (run_dir / CONFIG).exists():
         raise UsageError(f"{flag}: {run_dir} already holds a run; continue it with --resume {run_dir}, or pick "
                          "another --run-dir")
+    if not resuming and (run_dir / CHECKPOINTS).is_dir() and any((run_dir / CHECKPOINTS).iterdir()):
+        raise UsageError(f"{flag}: {run_dir / CHECKPOINTS} holds files but {run_dir} no {CONFIG}: not this run's "
+                         "checkpoints; pick another --run-dir")
     for folder in (run_dir, run_dir / CHECKPOINTS):
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -341,6 +348,16 @@ def prepare_run_dir(run_dir: Path, resuming: bool, flag: str) -> None:
         except OSError as error:
             raise UsageError(f"{flag}: cannot write to {folder}: {error.strerror or error}; pick another "
                              f"{flag}") from None
+    if run_dir.resolve() in _HELD_LOCKS:  # this process's own earlier run of the directory (a resume in-process)
+        return
+    lock = open(run_dir / LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise UsageError(f"{flag}: another process is training in {run_dir} (it holds {LOCK}); wait for it, or pick "
+                         "another --run-dir") from None
+    _HELD_LOCKS[run_dir.resolve()] = lock
 
 
 def check_writable(path: Path, flag: str) -> None:
@@ -407,7 +424,11 @@ class Metrics:
         self.rows: list[dict] = []
         if resumed_at is not None and path.exists():
             with open(path, newline="") as file:
-                self.rows = [row for row in csv.DictReader(file) if int(row["step"]) <= resumed_at]
+                for row in csv.DictReader(file):
+                    if not row.get("step", "").isdigit() or None in row or None in row.values():
+                        break  # a row a killed write cut short or garbled: it and any after it are dropped
+                    if int(row["step"]) <= resumed_at:
+                        self.rows.append(row)
         text = io.StringIO()
         writer = csv.DictWriter(text, columns, lineterminator="\n")
         writer.writeheader()
