@@ -28,6 +28,8 @@ def test_loaded_encoder_embeds_as_the_trainer_that_saved_it(tmp_path):
     assert encoder.encode(uform.Modality.TEXT, []).shape == (0, 128)
     assert np.array_equal(encoder.encode("text", TEXTS[:2]), ours[:2])  # a modality's name, for every item
     assert np.array_equal(encoder.encode(["TEXT", uform.Modality.TEXT], TEXTS[:2]), ours[:2])
+    with pytest.raises(uform.UFormError, match=r"contents: a sequence of items, got one str; pass \[item\]"):
+        encoder.encode(uform.Modality.TEXT, "a string")
     with pytest.raises(uform.UFormError, match=r"'pixels' names no modality"):
         encoder.encode("pixels", TEXTS[:2])
     with pytest.raises(uform.UFormError, match=r"width: the run trained the widths \[64, 128\], not 32"):

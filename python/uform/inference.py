@@ -75,6 +75,15 @@ def item_modalities(modalities, count: int) -> list:
     return [one(value) for value in modalities]
 
 
+def items_of(contents) -> list:
+    """The items of a call: a sequence of them; a lone str or bytes is refused, since a list of its characters is
+    never what was meant."""
+    if isinstance(contents, (str, bytes)):
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: a sequence of items, got one {type(contents).__name__}; "
+                                                     "pass [item] to embed one")
+    return list(contents)
+
+
 class Encoder:
     """A trained encoder on one device; ``Encoder.load`` makes one from a checkpoint. Loaded over an executor of
     several devices, it runs on the first of them (docs/training-api.md)."""
@@ -139,7 +148,7 @@ class Encoder:
         default: all of it), or with `any_width` any prefix of the hidden width; `batch_size` the items handed to
         the model at once (the answer does not depend on it). Text items longer than a row are cut to a row, with
         a warning that counts them."""
-        contents = list(contents)
+        contents = items_of(contents)
         modalities = item_modalities(modalities, len(contents))
         if width is not None and not any_width and width not in self.widths:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"width: the run trained the widths {list(self.widths)}, "
@@ -163,7 +172,7 @@ class Encoder:
     def encode_tokens(self, modalities, contents, /, *, side=LateInteractionSide.DOCUMENT) -> list[np.ndarray]:
         """The unit token vectors of each item (``Trainer.encode_tokens`` of the saving trainer): every position
         of a DOCUMENT, the first ``max_query_span`` of a QUERY; for a run that trained late interaction."""
-        contents = list(contents)
+        contents = items_of(contents)
         return self._trainer.encode_tokens(item_modalities(modalities, len(contents)), contents, side=side)
 
     def text_choose(self, texts, choices, /) -> RowsTape:

@@ -120,6 +120,8 @@ def _parse_line(text: str) -> Pair:
         record = json.loads(text)
     except json.JSONDecodeError as error:
         raise PairFormatError(f"bad JSON: {error.msg} at column {error.colno}") from None
+    except RecursionError:
+        raise PairFormatError("bad JSON: nested too deeply for a pair") from None
     if not isinstance(record, dict):
         raise PairFormatError(f"expected a JSON object, got {type(record).__name__}")
     for ours, theirs in _ALIASES.items():
