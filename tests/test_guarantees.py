@@ -530,6 +530,27 @@ def test_files_killed_saves_leave_no_temporary_file(tmp_path):
     assert not stale.exists() and living.exists() and other.exists()
 
 
+def test_files_a_save_through_a_symbolic_link_replaces_its_target(tmp_path):
+    """Saving to a path that is a symbolic link writes the file it points to; the link stays a link."""
+    target, link = tmp_path / "models" / "run.safetensors", tmp_path / "latest.safetensors"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    trainer = encoder()
+    trainer.save(link)
+    assert link.is_symlink() and target.read_bytes() != b"old"
+    assert uform.Encoder.load(link, "cpu").steps == trainer.completed_steps
+
+
+def test_errors_a_save_path_or_stats_of_the_wrong_type_is_one_line():
+    trainer = encoder()
+    with pytest.raises(uform.UFormError, match="path: a str, bytes or os.PathLike, got int"):
+        trainer.save(3)
+    with pytest.raises(uform.UFormError, match="stats: a uform.TrainerStepStats or None, got dict"):
+        trainer.step([uform.Modality.TEXT], ["a"], stats={})
+    assert trainer.completed_steps == 0
+
+
 # ---- 9. empty steps ------------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from .errors import ErrorCode, UFormOSError
+from .errors import ErrorCode, UFormError, UFormOSError
 
 
 def float32_le_bytes(array: np.ndarray) -> memoryview:
@@ -54,13 +54,17 @@ def write_atomically(path, chunks) -> None:
     """Write the byte chunks to a temporary file beside path, sync it, then rename it over path: a reader
     sees the old file or the whole new one, and a failure leaves no temporary file behind (nor, once this
     save succeeds, any that a killed save of the same path left). The file takes the mode the umask gives
-    a new file (0666 less the umask). An error names path, never the temporary file."""
-    path = os.path.abspath(os.fsdecode(path))
+    a new file (0666 less the umask). A path that is a symbolic link is written through: its target is
+    replaced, the link stays. An error names path, never the temporary file."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"path: a str, bytes or os.PathLike, got {type(path).__name__}")
+    given = os.path.abspath(os.fsdecode(path))
+    path = os.path.realpath(given)
     try:
         handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path),
                                              prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp")
     except OSError as error:
-        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{path}: cannot write: {error.strerror}") from None
+        raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{given}: cannot write: {error.strerror}") from None
     try:
         os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "wb") as file:
@@ -73,6 +77,6 @@ def write_atomically(path, chunks) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         if isinstance(error, OSError):
-            raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{path}: cannot write: {error.strerror}") from None
+            raise UFormOSError(ErrorCode.INVALID_ARGUMENT, f"{given}: cannot write: {error.strerror}") from None
         raise
     _remove_abandoned(path)

@@ -104,3 +104,15 @@ def test_write_refuses_non_pairs_before_touching_the_file(tmp_path):
     with pytest.raises(PairFormatError, match=r"pairs\[1\]: expected a Pair, got dict"):
         write_pairs(path, [Pair("q", "d"), {"query": "q", "document": "d"}])
     assert not path.exists()
+
+
+def test_a_file_without_newlines_is_refused_after_one_line(tmp_path, monkeypatch):
+    """A line past MAX_LINE_BYTES (a file of no newlines: /dev/zero) is refused, never read whole."""
+    from uform.pairs import jsonl
+
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 64)
+    path = _file(tmp_path, '{"query": "a", "document": "b"}\n' + "x" * 100)
+    with pytest.raises(PairFormatError, match=r":2: a line longer than 64 bytes"):
+        read_pairs(path)
+    with pytest.raises(PairFormatError, match=r"/dev/zero:1: a line longer than 64 bytes"):
+        read_pairs("/dev/zero")

@@ -36,6 +36,7 @@ is 1.0 and ``group`` when it is 0, no ASCII escaping, ``"\\n"`` after every line
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -47,6 +48,7 @@ from ..errors import ErrorCode, UFormError
 __all__ = ["Pair", "PairFormatError", "read_pairs", "write_pairs"]
 
 _KEYS = ("query", "document", "weight", "group")
+MAX_LINE_BYTES = 1 << 24  # a line's bytes at most: a pair of texts, never a whole file without newlines
 _ALIASES = {"query": "anchor", "document": "positive"}  # sentence-transformers' names of the two texts
 
 
@@ -141,25 +143,37 @@ def _parse_line(text: str) -> Pair:
     return Pair(record["query"], record["document"], record.get("weight", 1.0), record.get("group", 0))
 
 
+def _lines(file, limit: int):
+    """The file's lines (without their newline), read one at a time; a line longer than `limit` bytes (a file of
+    no newlines, /dev/zero) is refused after reading `limit` of it, never read whole."""
+    for number in itertools.count(1):
+        raw = file.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise PairFormatError(f"{file.name}:{number}: a line longer than {limit} bytes")
+        yield raw.removesuffix(b"\n")
+
+
 def read_pairs(path: str | os.PathLike) -> list[Pair]:
-    """Every pair of a JSONL pair file, in file order (see the module docstring for the format)."""
+    """Every pair of a JSONL pair file, in file order (see the module docstring for the format); a line may hold
+    at most MAX_LINE_BYTES."""
     name = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
     pairs = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # a UTF-8 byte-order mark
+    with open(path, "rb") as file:
+        for number, raw in enumerate(_lines(file, MAX_LINE_BYTES), start=1):
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise PairFormatError(f"invalid UTF-8 at byte {error.start} of the line") from None
-            if not text.strip():
-                continue
-            pairs.append(_parse_line(text))
-        except PairFormatError as error:
-            raise PairFormatError(f"{name}:{number}: {error.message}") from None
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 byte-order mark
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise PairFormatError(f"invalid UTF-8 at byte {error.start} of the line") from None
+                if not text.strip():
+                    continue
+                pairs.append(_parse_line(text))
+            except PairFormatError as error:
+                raise PairFormatError(f"{name}:{number}: {error.message}") from None
     return pairs
 
 

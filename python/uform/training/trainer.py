@@ -184,6 +184,9 @@ class Trainer:
         """Apply one optimizer step over these items; answers the pooled embeddings in `arena`, or None.
         (`_decoded`, `_prepared`: the media items and the batch the deferred receiver prepared ahead.)"""
         self._require_training("step")
+        if stats is not None and not isinstance(stats, TrainerStepStats):
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"stats: a uform.TrainerStepStats or None, got "
+                                                         f"{type(stats).__name__}")
         with self._device_call():
             if stats is not None:
                 stats.reset()
