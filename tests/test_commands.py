@@ -119,6 +119,8 @@ def test_embed_a_jsonl_file(trained, capsys):
     status, out, _ = command(uform_main, ["embed", model, str(items), "-o", str(trained / "w.npy"), "--device", "cpu",
                                           "--width", "64", "--any-width"], capsys)
     assert status == 0 and np.load(trained / "w.npy").shape == (3, 64)
+    status, _, err = command(uform_main, ["embed", model, "/dev/zero", "-o", str(trained / "z.npy")], capsys)
+    assert status == 2 and "INPUT: /dev/zero:1: a line longer than" in err
 
 
 def test_choose_writes_each_states_probabilities(trained, capsys):

@@ -26,6 +26,8 @@ import uform
 from uform.files import write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.datasets import mine_standard_library_pairs, name_pairs
+from uform.files import bounded_lines
+from uform.pairs.jsonl import MAX_LINE_BYTES
 from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, pair_relations, read_pairs, retrieval_metrics,
                          split_by_document, split_pairs)
 from uform.runs import (CHECKPOINTS, CONFIG, METRICS, PLOT, SUMMARY, GracefulStop, Metrics, Parser, UsageError,
@@ -468,9 +470,12 @@ item). For --modality image, video or audio, each item is the path of a media fi
 
 
 def input_lines(path: Path) -> list[str]:
-    """The lines of INPUT, refused in one line when it cannot be read."""
+    """The lines of INPUT (at most MAX_LINE_BYTES bytes each, a CRLF's CR dropped), refused in one line when it
+    cannot be read."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        with open(path, "rb") as file:
+            return [line.decode("utf-8").removesuffix("\r")
+                    for line in bounded_lines(file, MAX_LINE_BYTES, lambda message: UsageError(f"INPUT: {message}"))]
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"INPUT: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
 

@@ -50,6 +50,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def bounded_lines(file, limit: int, error=lambda message: UFormError(ErrorCode.INVALID_ARGUMENT, message)):
+    """A binary file's lines (without their newline), read one at a time; a line longer than `limit` bytes (a file
+    of no newlines: /dev/zero) is refused after `limit` of it are read, never read whole: `error(message)`, the
+    message naming the file and the line."""
+    number = 0
+    while raw := file.readline(limit + 1):
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise error(f"{file.name}:{number}: a line longer than {limit} bytes")
+        yield raw.removesuffix(b"\n")
+
+
 def write_atomically(path, chunks) -> None:
     """Write the byte chunks to a temporary file beside path, sync it, then rename it over path: a reader
     sees the old file or the whole new one, and a failure leaves no temporary file behind (nor, once this

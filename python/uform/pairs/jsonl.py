@@ -36,7 +36,6 @@ is 1.0 and ``group`` when it is 0, no ASCII escaping, ``"\\n"`` after every line
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -44,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, UFormError
+from ..files import bounded_lines
 
 __all__ = ["Pair", "PairFormatError", "read_pairs", "write_pairs"]
 
@@ -143,25 +143,13 @@ def _parse_line(text: str) -> Pair:
     return Pair(record["query"], record["document"], record.get("weight", 1.0), record.get("group", 0))
 
 
-def _lines(file, limit: int):
-    """The file's lines (without their newline), read one at a time; a line longer than `limit` bytes (a file of
-    no newlines, /dev/zero) is refused after reading `limit` of it, never read whole."""
-    for number in itertools.count(1):
-        raw = file.readline(limit + 1)
-        if not raw:
-            return
-        if len(raw) > limit and not raw.endswith(b"\n"):
-            raise PairFormatError(f"{file.name}:{number}: a line longer than {limit} bytes")
-        yield raw.removesuffix(b"\n")
-
-
 def read_pairs(path: str | os.PathLike) -> list[Pair]:
     """Every pair of a JSONL pair file, in file order (see the module docstring for the format); a line may hold
     at most MAX_LINE_BYTES."""
     name = os.fspath(path)
     pairs = []
     with open(path, "rb") as file:
-        for number, raw in enumerate(_lines(file, MAX_LINE_BYTES), start=1):
+        for number, raw in enumerate(bounded_lines(file, MAX_LINE_BYTES, PairFormatError), start=1):
             try:
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]  # a UTF-8 byte-order mark
