@@ -248,6 +248,14 @@ def test_a_run_owns_its_directory(tmp_path, capsys):
     assert status == 0 and [row["step"] for row in csv.DictReader(open(run / "metrics.csv"))] == ["1", "2"]
 
 
+def test_a_binary_config_and_an_empty_prompt_are_one_line(tmp_path, capsys):
+    (tmp_path / "binary.toml").write_bytes(bytes(range(256)))
+    status, _, err = command(uform_main, ["train", "--config", str(tmp_path / "binary.toml")], capsys)
+    assert status == 2 and err.count("\n") == 1 and "is not TOML: not UTF-8 text (byte 128)" in err
+    status, _, err = command(lm_main, ["--prompt", "", "--run-dir", str(tmp_path / "lm")], capsys)
+    assert status == 2 and err.count("\n") == 1 and "--prompt: the sample continues a text" in err
+
+
 def test_a_redirected_run_writes_plain_progress_lines(tmp_path, capsys):
     """Where stderr is not a terminal, the run's progress is a plain line every steps/20 steps and at the last (a
     step, its rate and the loss), never a bar's carriage-return redraws."""

@@ -145,6 +145,8 @@ def read_config(parser: argparse.ArgumentParser, path: Path, flag: str) -> dict:
         raise UsageError(f"{flag}: cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{flag}: {path} is not TOML: {error}") from None
+    except UnicodeDecodeError as error:  # tomllib reads UTF-8 text; a binary file fails before parsing
+        raise UsageError(f"{flag}: {path} is not TOML: not UTF-8 text (byte {error.start})") from None
     actions = settings(parser)
     values = {}
     for key, value in table.items():

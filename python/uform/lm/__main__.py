@@ -123,6 +123,8 @@ def train(argv: list[str]) -> int:
     options = parser()
     args, run_dir, resuming = parse_run_flags(options, argv, resumable=("device", "steps", "prompt", "sample_bytes",
                                                                          "temperature"))
+    if not args.prompt:
+        raise UsageError("--prompt: the sample continues a text; give it at least one character")
     if args.corpus is not None:
         args.corpus = args.corpus.resolve()  # the config names it wherever the run resumes from
     batches, held_out, name = corpus_split(args)
