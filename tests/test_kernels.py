@@ -271,7 +271,8 @@ def test_attention_tiles_cut_each_run_of_one_span_from_its_first_token():
     runs = [(0, 150), (150, 151), (151, 160), (160, 200), (200, 400), (400, 530), (530, 600)]
     expected = [(s, min(s + K.ATTENTION_TILE, end)) for begin, end in runs for s in range(begin, end, K.ATTENTION_TILE)]
     assert [tuple(t) for t in tiles] == expected
-    assert layouts.attention_tiles(layouts.attention_spans(256, 128)).tolist() == [[s, s + 64] for s in range(0, 256, 64)]
+    assert (layouts.attention_tiles(layouts.attention_spans(256, 128)).tolist()
+            == [[s, s + 64] for s in range(0, 256, 64)])
 
 
 @pytest.mark.parametrize("causal", [False, True])

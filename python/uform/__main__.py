@@ -23,10 +23,9 @@ from pathlib import Path
 import numpy as np
 
 import uform
-from uform.files import write_atomically
+from uform.files import bounded_lines, write_atomically
 from uform.inference import DEFAULT_BATCH_SIZE, Encoder
 from uform.datasets import mine_standard_library_pairs, name_pairs
-from uform.files import bounded_lines
 from uform.pairs.jsonl import MAX_LINE_BYTES
 from uform.pairs import (bag_of_bytes_embeddings, bm25_scores, distinct, pair_relations, read_pairs, retrieval_metrics,
                          split_by_document, split_pairs)

@@ -79,8 +79,8 @@ def items_of(contents) -> list:
     """The items of a call: a sequence of them; a lone str or bytes is refused, since a list of its characters is
     never what was meant."""
     if isinstance(contents, (str, bytes)):
-        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: a sequence of items, got one {type(contents).__name__}; "
-                                                     "pass [item] to embed one")
+        raise UFormError(ErrorCode.INVALID_ARGUMENT, f"contents: a sequence of items, got one "
+                                                     f"{type(contents).__name__}; pass [item] to embed one")
     return list(contents)
 
 
@@ -152,8 +152,8 @@ class Encoder:
         modalities = item_modalities(modalities, len(contents))
         if width is not None and not any_width and width not in self.widths:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"width: the run trained the widths {list(self.widths)}, "
-                                                         f"not {width!r}; pass any_width=True (the embed program's --any-width) "
-                                                         "for another prefix")
+                                                         f"not {width!r}; pass any_width=True (the embed program's "
+                                                         "--any-width) for another prefix")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, f"batch_size: must be a positive integer, got {batch_size!r}")
         if len(modalities) != len(contents):

@@ -35,7 +35,7 @@ FORM_WEIGHTED_SIGMOID = FACTS["form_weighted_sigmoid"]  # SIGMOID and BALANCED: 
 FORM_RANKED = FACTS["form_ranked"]
 EXACT_GEMM_MAX_K = FACTS["exact_gemm_max_k"]  # the longest contraction the exact GEMM's definition covers
 EXACT_RESIDUE_ALIGNMENT = FACTS["exact_residue_alignment"]  # k a residue line is padded to a multiple of
-GEMM_GROUP_FORMS = FACTS["gemm_group_forms"]  # the forms a group of products runs: fma, exact_summed, exact_shared_a, apart
+GEMM_GROUP_FORMS = FACTS["gemm_group_forms"]  # a group of products' forms: fma, exact_summed, exact_shared_a, apart
 CAST_LANES = FACTS["cast_lanes"]  # values one task of cast_bf16 rounds
 ROTARY_PAIRS_PER_TASK = FACTS["rotary_pairs_per_task"]  # pairs of a head vector one rotary task rotates
 NORM_EPSILON = FACTS["norm_epsilon"]  # added to Σe² under the square root of l2_normalize
@@ -643,10 +643,10 @@ def _attention_form(fast: bool, device, tokens: int, heads: int, head_dim: int) 
 def attention_forward(o: Buffer, lse: Buffer, q: Buffer, k: Buffer, v: Buffer, *, spans: Buffer, heads: int,
                       kv_heads: int, head_dim: int, causal: bool, fast: bool = False,
                       tiles: Buffer | None = None) -> None:
-    """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (uform.layouts.attention_spans); lse keeps each
-    query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head, or per query and
-    head for a small launch (``_attention_form``). tiles: the tiles of layouts.attention_tiles(spans), uploaded right
-    after the spans in one allocation, for the team kernels' tasks (the same bits, fewer key blocks).
+    """o = softmax(q·kᵀ/√D + mask)·v per head, each token seeing its span (uform.layouts.attention_spans); lse
+    keeps each query's log-sum-exp for the backward. One task per tile of ATTENTION_TILE queries and head, or per
+    query and head for a small launch (``_attention_form``). tiles: the tiles of layouts.attention_tiles(spans),
+    uploaded right after the spans in one allocation, for the team kernels' tasks (the same bits, fewer key blocks).
 
     fast: on a GPU, the fast-mode kernels (bf16 tensor cores, fp32 accumulation and softmax; deterministic on one
     GPU model, see mojo/kernels/attention_fast.mojo) for head dims in ATTENTION_FAST_HEAD_DIMS; on the CPU, or

@@ -17,6 +17,7 @@ bits as a run never stopped.
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import fcntl
 import io
@@ -298,7 +299,7 @@ def save_when_due(progress, step: int, args, save) -> None:
 
 def close_run(progress, metrics, save, step: int, began: float, final: Path | None) -> tuple[Path, float]:
     """Ends a run's loop: the progress bar closed, the last checkpoint saved, the metrics flushed, and for a run
-    whose steps are all taken `final` (model.safetensors) made that checkpoint; answers it and the seconds since
+    whose steps are all taken `final` (the run's model file) made that checkpoint; answers it and the seconds since
     `began`. Called under the loop's GracefulStop, so that a signal now cannot cut the save or the link."""
     progress.close()
     last = save(step)
@@ -360,6 +361,7 @@ def prepare_run_dir(run_dir: Path, resuming: bool, flag: str) -> None:
         raise UsageError(f"{flag}: another process is training in {run_dir} (it holds {LOCK}); wait for it, or pick "
                          "another --run-dir") from None
     _HELD_LOCKS[run_dir.resolve()] = lock
+    atexit.register(lock.close)  # the lock goes with the process; closing it then says so
 
 
 def check_writable(path: Path, flag: str) -> None:

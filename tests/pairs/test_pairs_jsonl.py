@@ -76,8 +76,8 @@ def _refusal(tmp_path, text):
     ('{"query": "a", "document": "b", "group": false}', "'group' must be an integer, got bool"),
     ('{"query": "a", "document": "b", "group": -1}', "'group' must be >= 0, got -1"),
     ('[' * 100000 + ']' * 100000, "bad JSON: nested too deeply for a pair"),
-    ('{"query": "a", "anchor": "a", "document": "b"}', "both 'query' and 'anchor' (sentence-transformers' name for it): "
-                                                       "keep one"),
+    ('{"query": "a", "anchor": "a", "document": "b"}',
+     "both 'query' and 'anchor' (sentence-transformers' name for it): keep one"),
     ('{"anchor": "a", "positive": "b", "negative": "c"}', "a 'negative' column (hard negatives) is not read: the pair "
                                                           "format has no place for it yet; leave it out"),
 ])

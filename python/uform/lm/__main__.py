@@ -130,10 +130,10 @@ def train(argv: list[str]) -> int:
     batches, held_out, name = corpus_split(args)
     prepare_run_dir(run_dir, resuming, "--resume" if resuming else "--run-dir")
     executor = device_executor(args)
+    resume_from = newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None
     try:
         if resuming:
-            trainer = LanguageModelTrainer.from_checkpoint_binary(newest_checkpoint(run_dir, EXTENSION)[1],
-                                                                  executor=executor)
+            trainer = LanguageModelTrainer.from_checkpoint_binary(resume_from, executor=executor)
         else:
             trainer = LanguageModelTrainer(initial_parameters(DEMO_SHAPE, args.seed), lr=args.learning_rate,
                                            data_schedule=batches.data_schedule(), shape=DEMO_SHAPE,
@@ -143,8 +143,7 @@ def train(argv: list[str]) -> int:
     if resuming and trainer.data_schedule["corpus_sha256"] != batches.data_schedule()["corpus_sha256"]:
         raise UsageError(f"--resume: the corpus differs from the one the run in {run_dir} trained on")
     start = trainer.step_
-    if no_steps_left(run_dir, start, args.steps, newest_checkpoint(run_dir, EXTENSION)[1] if resuming else None,
-                     run_dir / f"model{EXTENSION}"):
+    if no_steps_left(run_dir, start, args.steps, resume_from, run_dir / f"model{EXTENSION}"):
         return 0
     write_config(run_dir / CONFIG, options, args)
     metrics = Metrics(run_dir / METRICS, COLUMNS, resumed_at=start if resuming else None)
