@@ -53,20 +53,6 @@ def test_copies_reach_any_view_and_a_view_may_read_another_dtype(device):
         whole.view(0, 4, np.uint16)
 
 
-def test_work_before_waiting_runs_once_before_the_next_wait(device):
-    """`Device.before_waiting` runs just before the next read-back or synchronize blocks, once, then is cleared."""
-    ran = []
-    x = device.put(np.arange(4, dtype=np.float32))
-    device.before_waiting = lambda: ran.append(len(ran))
-    x.write(np.ones(4, np.float32))  # an upload does not wait
-    assert ran == []
-    assert x.numpy().tolist() == [1.0] * 4 and ran == [0] and device.before_waiting is None
-    device.synchronize()
-    device.before_waiting = lambda: ran.append(len(ran))
-    device.synchronize()
-    assert ran == [0, 1]
-
-
 def test_threads_sharing_a_device_each_read_their_own_values(device):
     """Two threads write, double and read back on one device at once (each wait lets the other run, and both stage
     uploads, past the staging's size): each reads its own values doubled, every round."""

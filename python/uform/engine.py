@@ -69,9 +69,6 @@ class Device:
         # Held by every launch and copy, and by a recording throughout: a launch from another thread must not land
         # in a plan being recorded, nor a copy be refused because one is.
         self.lock = threading.RLock()
-        # Host work to do once, just before the next wait on this device (a synchronize, a read-back) blocks: a
-        # trainer packs its next batches there, while the device runs the step it has queued.
-        self.before_waiting: Callable[[], None] | None = None
 
     @classmethod
     def cpu(cls) -> Device:
@@ -120,15 +117,8 @@ class Device:
             raise MemoryError(f"{self.name}: cannot allocate {nbytes} bytes: {error}") from None
 
     def synchronize(self) -> None:
-        self.work_before_waiting()
         with self.lock:
             self._handle.synchronize()
-
-    def work_before_waiting(self) -> None:
-        """Run (and clear) `before_waiting`, if set: called just before a wait on the device."""
-        work, self.before_waiting = self.before_waiting, None
-        if work is not None:
-            work()
 
     def scratch(self, size: int) -> Buffer:
         """A float32 workspace of at least `size` values, reused by every kernel call on this device that
@@ -251,7 +241,6 @@ class Buffer:
     def numpy(self) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)
         root = self._root()
-        self.device.work_before_waiting()
         with self.device.lock:
             self.device._handle.download(out.ctypes.data, root.address, self.address - root.address, self.nbytes)
         return out

@@ -284,6 +284,31 @@ def test_deferred_steps_that_fail_before_their_batch_leave_nothing_queued(monkey
     assert not trainer._prefetch.queue and trainer._prefetch.in_flight == 0
 
 
+def test_deferred_steps_pack_the_next_batch_between_queueing_and_reading_back(monkeypatch):
+    """A deferred step packs the next one's batch in its queued phase: after its backward is queued (the final
+    norm's backward, the first kernel of the backward proper) and before it reads any loss back."""
+    from uform import engine
+
+    executor = uform.Executor.for_ram()
+    trainer = tiny(executor=executor)
+    events = []
+    backward_kernel = K.rmsnorm_backward
+    monkeypatch.setattr(K, "rmsnorm_backward", lambda *a, **k: (events.append("backward"), backward_kernel(*a, **k))[1])
+    read = engine.Buffer.numpy
+    monkeypatch.setattr(engine.Buffer, "numpy", lambda self: (events.append("read"), read(self))[1])
+    run_queued = trainer._prefetch.run_queued
+    monkeypatch.setattr(trainer._prefetch, "run_queued",
+                        lambda until=None: (events.append("pack" if until is None else "wait"), run_queued(until))[1])
+    receiver = trainer.deferred(executor)
+    handles = [receiver.step([uform.Modality.TEXT] * 8, TEXTS) for _ in range(2)]
+    assert [handle.wait(60) for handle in handles] == [True, True]
+    assert all(handle.exception() is None for handle in handles)
+    first_step = events[:events.index("wait", 1)]  # the second step's own wait for its batch ends the first's
+    backward, pack = first_step.index("backward"), first_step.index("pack")
+    assert backward < pack and "read" not in first_step[backward:pack] and "read" in first_step[pack:]
+    trainer.close()
+
+
 def test_gradient_clipping_scales_the_update_as_clip_grad_norm_does():
     """Schedule(gradient_clip_norm=c): the first update is AdamW's on the gradient scaled by c / (‖g‖ + 1e-6), as
     torch.nn.utils.clip_grad_norm_ scales it, from the same gradient (float64 reference)."""

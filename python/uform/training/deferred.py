@@ -45,8 +45,8 @@ class PreparedStep:
 class Prefetch:
     """A trainer's deferred steps' host work done ahead of them: their media items decoding on the shared pool as
     soon as they are submitted (at most DECODE_AHEAD steps at once), and their batches packed, in order, on the
-    thread that drives the device while earlier steps run there (``run_queued``, which the trainer hands the last
-    device as ``Device.before_waiting``), each for the step number it assumes."""
+    thread that drives the device while earlier steps run there (``run_queued``, which the trainer runs in each
+    step's queued phase: ``uform.training.world.world_step``), each for the step number it assumes."""
 
     def __init__(self, trainer):
         self._trainer = trainer
@@ -76,8 +76,8 @@ class Prefetch:
         """A deferred step's host work (its inputs checked, packed, corrupted and resolved), queued to run while
         earlier steps run on the device, assuming every step submitted before it succeeds; None in a mesh, whose
         processes exchange their items when the step runs. A refusal there is left for the step to meet again, in
-        order. The queue runs on the thread that drives the device, once a step has queued its kernels and is about
-        to wait for them (``Device.before_waiting``), or when the step needs its batch first: a thread of its own
+        order. The queue runs on the thread that drives the device, once a step has queued its kernels and before it
+        waits for them (the step's queued phase), or when the step needs its batch first: a thread of its own
         would take the GIL from the launching of kernels in the interpreter's 5 ms turns, starving the device."""
         trainer = self._trainer
         if trainer._world.collectives is not None:

@@ -181,6 +181,11 @@ class LocalOutputs:
     pooled: np.ndarray | None  # (S, hidden) mean final states of this device's segments, if exchanged
 
 
+QUEUED = "queued"
+"""What a step's second phase yields once every kernel of the step is queued on the device, before it reads any
+loss back (``EncoderModel.step_phases``): the host works meanwhile (a trainer packs its next deferred batches)."""
+
+
 @dataclass
 class WorldOutputs:
     """What the world gives every device's step back: the pooled states of every segment in world order (None:
@@ -204,7 +209,7 @@ def finish_phases(phases, masked: float):
         phases.send(masked)
     except StopIteration as done:
         return done.value
-    raise RuntimeError("a step's phases yielded thrice")
+    raise RuntimeError("a step's phases yielded past their masked losses")
 
 
 @dataclass
@@ -496,21 +501,22 @@ class EncoderModel(ResidentState):
         self.gradients. The options are ``step_phases``'."""
         phases = self.step_phases(batch, exchange=False, **options)
         next(phases)
-        masked_losses = phases.send(WorldOutputs(pooled=None))
+        phases.send(WorldOutputs(pooled=None))  # QUEUED
+        masked_losses = next(phases)
         return finish_phases(phases, masked_mean([masked_losses], batch.covered) if masked_losses is not None
                              else 0.0)
 
     def step_phases(self, batch: StepBatch, *, exchange: bool, text_weight: float, with_gradient: bool,
                     want_pooled: bool = False, media_weights: dict[str, float] | None = None,
                     late_weight: float = 0.0, choices_weight: float = 0.0):
-        """One device's step in three phases, as a generator (docs/mesh.md). The first runs the forward and the
+        """One device's step in four phases, as a generator (docs/mesh.md). The first runs the forward and the
         heads that read this device's positions alone, then yields its ``LocalOutputs`` (with `exchange`, its
         segments' pooled states, downloaded); the world answers ``WorldOutputs`` (every segment's pooled state,
-        or None to pool this device's in place), with which the second runs the contrastive head over the
-        world's segments and, with_gradient, the whole backward into self.gradients, and only then reads the
-        losses back (so the device never waits for the host mid-step): it yields this device's per-position
-        masked losses (None without the masked head); the world answers its masked loss, and the generator
-        returns the StepLosses. media_weights: each media modality's reconstruction weight (by name);
+        or None to pool this device's in place), with which the second queues the contrastive head over the
+        world's segments and, with_gradient, the whole backward into self.gradients, and yields ``QUEUED``; the
+        third only then reads the losses back (so the device never waits for the host mid-step) and yields this
+        device's per-position masked losses (None without the masked head); the world answers its masked loss,
+        and the generator returns the StepLosses. media_weights: each media modality's reconstruction weight (by name);
         late_weight and choices_weight the weights of the late-interaction and choices terms."""
         g = self.geometry
         n, H = batch.tokens.size, g.hidden
@@ -553,6 +559,7 @@ class EncoderModel(ResidentState):
                                       partials=buffers.embedding_partials, fast=self.fast)
             if g.media:
                 self._patch_embedding_backward(buffers, media, dh)
+        yield QUEUED
         contrastive = sum(float(np.sum(losses.numpy(), dtype=np.float64)) for losses in row_losses) \
             * (1.0 / len(row_losses) if row_losses else 0.0)
         pooled = None

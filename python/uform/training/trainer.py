@@ -1,4 +1,4 @@
-"""``uform.Trainer``: the multimodal training API of the seeds, on one device.
+"""``uform.Trainer``: the multimodal training API of the seeds.
 
     trainer = uform.Trainer.init_vram(executor, depth=2, hidden=128, objective=uform.Objective.JOINT,
                                       batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=256),
@@ -6,22 +6,14 @@
     trainer.step([uform.Modality.TEXT] * 4, texts, relations=uform.Relations(attract=(offsets, ids)), stats=stats)
     trainer.save("checkpoint.safetensors")
 
-A step checks every argument before anything runs (a refused step changes nothing), decodes its
-media items on the shared pool of decoding processes (``uform.training.media_step``), packs the items into the
-batch's rows, corrupts them for the masked objectives (draws keyed by seed, step and item),
-resolves the relations into pair targets, and runs forward, losses, backward and
-AdamW on the device (``uform.training.encoder``). A step with no item to train on (none given, or
-all dropped by packing), or whose loss or gradient is not finite, is refused before the update;
-the update and the step count are applied whole even under Ctrl-C. Every public method holds the
-trainer's lock, so calls from several threads run one at a time (``docs/guarantees.md``). ``trainer.on(executor)`` answers a receiver
-whose verbs block; ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once.
-A positive ``late_interaction.weight`` trains the token head on the items whose ``sides`` name them
-queries or documents; a positive ``choices.weight`` trains the masked head's distribution over each
-choosing item's legal bytes (``text_choose`` reads it back). A world of several devices (an executor's, and a
-``mesh``'s processes') keeps a replica on each device and steps over every process's items as one device would
-over all their rows, to the same bits whatever the split (``uform.training.world``, docs/mesh.md); every process
-of a mesh checks at init that all passed the same geometry, objective and seed (CONFIG_MISMATCH on every one,
-naming the differences). ``close()`` stops the trainer's threads.
+A step checks every argument before anything runs (a refused step changes nothing), builds its batch on the host
+(``uform.training.batch``: media decoded on the shared pool, items packed into rows, corrupted by draws keyed by
+seed, step and item, relations resolved into pair targets), runs forward, losses and backward on every device of
+the world (``uform.training.world``, docs/mesh.md: the same bits whatever the split) and applies AdamW whole, even
+under Ctrl-C (``uform.training.update``). A step with no item to train on, or whose loss is not finite, is refused
+before the update. Every public method holds the trainer's lock (``docs/guarantees.md``); ``trainer.on(executor)``
+answers a receiver whose verbs block, ``trainer.deferred(executor)`` one whose verbs answer a ``Deferred`` at once
+(``uform.training.deferred``). ``close()`` stops the trainer's threads.
 """
 
 from __future__ import annotations
@@ -40,14 +32,14 @@ from ..mesh import Mesh
 from ..nn.resident import named_tensors
 from . import checkpoint
 from .arena import Arena
-from .batch import step_batch, uncorrupted_batches
+from .batch import step_batch
 from .config import BatchShape, Choices, Contrastive, LateInteraction, Masking, Schedule
 from .deferred import DeferredOn, On, Prefetch, ready
 from .encoder import EncoderModel, StepBatch
 from .enums import LateInteractionSide, Modality, Objective, Scalar
-from .late_interaction import side_rows
 from .media_step import MEDIA_KINDS, PendingMedia, PreparedMedia
 from .packing import Packed
+from .reading import choice_probabilities, pooled_embeddings, token_vectors
 from .relations import Relations
 from .stats import TrainerStepStats
 from .step_inputs import StepInputs, check_choose_inputs, check_step_inputs
@@ -215,7 +207,7 @@ class Trainer:
                                  f"given, {packed.dropped} dropped whole for lack of room); nothing was updated")
             want_pooled = arena is not None and run.objective != Objective.MASKED
             losses = world_step(world, run, self._replicas, batch, packed, want_pooled=want_pooled,
-                                media_weights=self._media_weights(), before_waiting=self._prefetch.run_queued)
+                                media_weights=self._media_weights(), while_queued=self._prefetch.run_queued)
             if not np.isfinite(losses.total):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"step {step}: the loss is not finite "
                                  f"({losses.total}); nothing was updated")
@@ -296,14 +288,7 @@ class Trainer:
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"width: must be an integer in [1, {run.hidden}], "
                                                              f"got {width!r}")
             inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
-            embeddings = np.zeros((len(inputs.contents), width), np.float32)
-            for items, batch, packed in self._uncorrupted_batches(inputs, np.arange(len(inputs.contents))):
-                embeddings[items[packed.item_of_segment]] = self._model.embeddings(batch, int(width))
-            return embeddings
-
-    def _uncorrupted_batches(self, inputs: StepInputs, items: np.ndarray, *, train_choices: bool = False):
-        """``uform.training.batch.uncorrupted_batches`` for this trainer's run and seed."""
-        return uncorrupted_batches(self._run, self._seed, inputs, items, train_choices=train_choices)
+            return pooled_embeddings(self._model, run, self._seed, inputs, int(width))
 
     def text_choose(self, texts, choices, /) -> RowsTape:
         """The model's distribution over each text's legal bytes (``choices``, as a step takes them) at the
@@ -316,15 +301,7 @@ class Trainer:
                 raise UFormError(ErrorCode.UNSUPPORTED, "text_choose: a CONTRASTIVE run has no masked head to "
                                                         "choose with")
             inputs = check_choose_inputs(texts, choices)
-            offsets = inputs.choice_offsets.astype(np.int64)
-            probabilities = np.zeros(inputs.choice_bytes.size, np.float32)
-            for items, batch, _ in self._uncorrupted_batches(inputs, np.flatnonzero(np.diff(offsets) > 0),
-                                                             train_choices=True):
-                answered = self._model.choice_probabilities(batch)
-                within = batch.choices.offsets
-                for k, item in enumerate(items[batch.choices.items]):
-                    probabilities[offsets[item]:offsets[item + 1]] = answered[within[k]:within[k + 1]]
-            return RowsTape(probabilities, inputs.choice_offsets)
+            return RowsTape(choice_probabilities(self._model, self._run, self._seed, inputs), inputs.choice_offsets)
 
     def encode_tokens(self, modalities, contents, /, *, side=LateInteractionSide.DOCUMENT) -> list[np.ndarray]:
         """The unit token vectors the late-interaction loss scores, uncorrupted: per item a float32 (rows, width)
@@ -338,15 +315,7 @@ class Trainer:
             if side not in (LateInteractionSide.QUERY, LateInteractionSide.DOCUMENT):
                 raise UFormError(ErrorCode.INVALID_ARGUMENT, f"side: QUERY or DOCUMENT, got {side!r}")
             inputs = check_step_inputs(modalities, contents, modalities_enabled=self._modalities_enabled())
-            vectors = [None] * len(inputs.contents)
-            for items, batch, packed in self._uncorrupted_batches(inputs, np.arange(len(inputs.contents))):
-                sides = np.full(packed.segment_count, int(side), np.int32)
-                rows = side_rows(packed, sides, run.late_interaction.max_query_span)
-                tokens, _, starts, counts = rows[0 if side == LateInteractionSide.QUERY else 1]
-                found = self._model.late_token_vectors(batch, tokens)
-                for segment, item in enumerate(items[packed.item_of_segment]):
-                    vectors[item] = found[starts[segment]:starts[segment] + counts[segment]]
-            return vectors
+            return token_vectors(self._model, run, self._seed, inputs, side)
 
     def step_batch(self, inputs: StepInputs, bags_given: bool, step: int, corrupted: bool = True,
                    decoded: PendingMedia | PreparedMedia | None = None, train_choices: bool | None = None,

@@ -284,11 +284,11 @@ def world_masked_loss(world: World, losses: list[np.ndarray | None], covered: in
 
 
 def world_step(world: World, run, replicas, batch: StepBatch, packed, *, want_pooled: bool,
-               media_weights: dict[str, float], before_waiting):
+               media_weights: dict[str, float], while_queued):
     """Forward, losses and backward of the world's packed batch on every device of this process (`replicas`), each
     over its block of rows, the world's pooled states and masked loss exchanged between the phases; answers the
-    losses (every device's are the same). `before_waiting` runs at the last device's first wait, once every
-    device's backward is queued: the trainer packs the next deferred steps' batches there, while this one runs."""
+    losses (every device's are the same). `while_queued()` runs once every device's step is queued, before any
+    loss is read back: the trainer packs the next deferred steps' batches there, while this one runs."""
     rows = run.batch.max_rows_per_device
     alone = world.size == 1 and world.collectives is None
     batches = [batch] if world.size == 1 else \
@@ -299,8 +299,10 @@ def world_step(world: World, run, replicas, batch: StepBatch, packed, *, want_po
               for replica, device_batch_ in zip(replicas, batches)]
     pooled = world_pooled(world, [next(phase) for phase in phases], batches,
                           packed.segment_row // (rows * world.local), run.hidden)
-    replicas[-1].device.before_waiting = before_waiting
-    masked = world_masked_loss(world, [phase.send(pooled) for phase in phases], batch.covered)
+    for phase in phases:
+        phase.send(pooled)  # QUEUED
+    while_queued()
+    masked = world_masked_loss(world, [next(phase) for phase in phases], batch.covered)
     return [finish_phases(phase, masked) for phase in phases][0]
 
 
