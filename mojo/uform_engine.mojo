@@ -11,12 +11,13 @@ once. Kernel files under kernels/ hold only math and their launchers.
 from std.os import abort
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
-from engine.device import Device, F32Ptr, f32_at, gpu_device_count
+from engine.device import F32Ptr, f32_at, gpu_device_count
 from engine.launch import (
     Args, DevicePtr, ElementBody, GpuTeamBody, Interface, LanesBody, Launcher, RowBody, TeamBody, args_from_python,
-    device_of, launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
+    launch_elements, launch_gpu_teams, launch_index, launch_lanes, launch_rows, launch_teams,
 )
-from engine.plan import plan_begin, plan_end, plan_free, plan_run, record_or_launch
+from engine.plan import (PlannedDevice, device_of, plan_begin, plan_end, plan_free, plan_run,
+                         planned_device_of, record_or_launch)
 from engine.target import HAS_ACCELERATOR, HAS_NVIDIA
 from kernels import (adamw, attention, attention_fast, attention_rows, choices, contrastive, cross_entropy, embedding,
                      gemm, fast_producers, late_interaction, norms, pointwise, rotary, rows, tree_sum, verdict)
@@ -48,19 +49,25 @@ def device_upload(
     py_self: PythonObject, address: PythonObject, offset: PythonObject, host: PythonObject, size: PythonObject
 ) raises -> PythonObject:
     """Host bytes into the allocation at `address`, from its byte `offset` (a view's)."""
-    device_of(py_self)[].upload(Int(py=address), Int(py=offset), Int(py=host), Int(py=size))
+    var planned = planned_device_of(py_self)
+    planned[].not_recording("upload")
+    planned[].device.upload(Int(py=address), Int(py=offset), Int(py=host), Int(py=size))
     return PythonObject(None)
 
 
 def device_download(
     py_self: PythonObject, host: PythonObject, address: PythonObject, offset: PythonObject, size: PythonObject
 ) raises -> PythonObject:
-    device_of(py_self)[].download(Int(py=host), Int(py=address), Int(py=offset), Int(py=size))
+    var planned = planned_device_of(py_self)
+    planned[].not_recording("download")
+    planned[].device.download(Int(py=host), Int(py=address), Int(py=offset), Int(py=size))
     return PythonObject(None)
 
 
 def device_copy(py_self: PythonObject, destination: PythonObject, source: PythonObject, size: PythonObject) raises -> PythonObject:
-    device_of(py_self)[].copy(Int(py=destination), Int(py=source), Int(py=size))
+    var planned = planned_device_of(py_self)
+    planned[].not_recording("copy")
+    planned[].device.copy(Int(py=destination), Int(py=source), Int(py=size))
     return PythonObject(None)
 
 
@@ -77,22 +84,22 @@ def device_set_gemm_tiling(py_self: PythonObject, tiling: PythonObject) raises -
 
 def device_plan_begin(py_self: PythonObject) raises -> PythonObject:
     """Record the kernel launches that follow instead of running them (engine.plan)."""
-    plan_begin(device_of(py_self))
+    plan_begin(planned_device_of(py_self))
     return PythonObject(None)
 
 
 def device_plan_end(py_self: PythonObject, graph: PythonObject) raises -> PythonObject:
     """Keep the recording as a plan (graph: replayed as a device graph on a GPU); answers its id."""
-    return PythonObject(plan_end(device_of(py_self), Bool(py=graph)))
+    return PythonObject(plan_end(planned_device_of(py_self), Bool(py=graph)))
 
 
 def device_plan_run(py_self: PythonObject, id: PythonObject) raises -> PythonObject:
-    plan_run(device_of(py_self), Int(py=id))
+    plan_run(planned_device_of(py_self), Int(py=id))
     return PythonObject(None)
 
 
 def device_plan_free(py_self: PythonObject, id: PythonObject) raises -> PythonObject:
-    plan_free(device_of(py_self), Int(py=id))
+    plan_free(planned_device_of(py_self), Int(py=id))
     return PythonObject(None)
 
 
@@ -166,7 +173,7 @@ def kernel_entry[launch: Launcher](
 ) raises -> PythonObject:
     """A kernel's Python entry point: its operands from Python, then its launch over [0, n) (recorded instead while
     the device records a plan)."""
-    record_or_launch[launch](device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
+    record_or_launch[launch](planned_device_of(device), Int(py=n), args_from_python(addresses, sizes, scalars))
     return PythonObject(None)
 
 
@@ -214,7 +221,7 @@ def product[body: gemm.ProductBody](
         f32_at(Int(py=c)), f32_at(Int(py=a)), f32_at(Int(py=b)), Int(py=M), Int(py=N), Int(py=K),
         Bool(py=accumulate), Int(py=a16), Int(py=b16), Int(py=workspace), Int(py=range_length), Int(py=splits),
     ).args()
-    var dev = device_of(device)
+    var dev = planned_device_of(device)
     if ta:
         record_or_launch[gemm.launch_product[body, True, False]](dev, 1, args)
     elif tb:
@@ -249,7 +256,7 @@ def product_group(
     var args = gemm.group_args(terms_of(c), terms_of(a), terms_of(b), Int(py=M), Int(py=N), Int(py=K), terms_of(x),
                                Int(py=len(c)), Bool(py=summed), Bool(py=accumulate), Int(py=workspace),
                                Int(py=range_length))
-    var dev = device_of(device)
+    var dev = planned_device_of(device)
     if ta:
         record_or_launch[gemm.launch_product_group[True, False]](dev, 1, args)
     elif tb:
@@ -361,8 +368,8 @@ def PyInit__engine() abi("C") -> PythonObject:
     try:
         var m = PythonModuleBuilder("_engine")
         _ = (
-            m.add_type[Device]("Device")
-            .def_init_defaultable[Device]()
+            m.add_type[PlannedDevice]("Device")
+            .def_init_defaultable[PlannedDevice]()
             .def_method[device_open]("open")
             .def_method[device_ordinal]("ordinal")
             .def_method[device_alloc]("alloc")

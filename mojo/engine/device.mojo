@@ -11,7 +11,6 @@ from std.collections import Dict, Optional
 from std.ffi import external_call
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
 from engine.gil import GilReleased
-from engine.plan import Plan
 from engine.target import HAS_ACCELERATOR
 
 comptime F32Ptr = Pointer[Float32, MutUntrackedOrigin]  # plain addresses: the engine manages lifetimes itself
@@ -58,8 +57,6 @@ struct Device(Movable, Writable, Defaultable):
     var split_cost_ns: Int  # the CPU: what handing work to the worker threads costs (cpu_parallel_for)
     var staging: Optional[HostBuffer[DType.uint8]]  # a GPU's pinned host memory that small uploads go through
     var staged: Int  # its bytes holding uploads queued since the device last finished its work
-    var recording: Optional[Plan]  # the plan being recorded, if one is (engine.plan)
-    var plans: List[Optional[Plan]]  # the recorded plans by id (None: freed)
     var gemm_tiling: Int  # the fma chain's GPU tiling forced for tests and tuning (kernels/gemm/fma.mojo), -1 none
 
     def __init__(out self):
@@ -70,8 +67,6 @@ struct Device(Movable, Writable, Defaultable):
         self.split_cost_ns = 50_000
         self.staging = None
         self.staged = 0
-        self.recording = None
-        self.plans = List[Optional[Plan]]()
         self.gemm_tiling = -1
 
     def open(mut self, ordinal: Int) raises:
@@ -123,11 +118,6 @@ struct Device(Movable, Writable, Defaultable):
             raise Error("address ", address, " is not the start of an allocation on ", self)
         return self.gpu_buffers[address].create_sub_buffer[DType.uint8](offset, size)
 
-    def not_recording(self, what: StaticString) raises:
-        """Copies run when called, so a plan never holds one: refuse them while a plan is recorded."""
-        if self.recording:
-            raise Error("a ", what, " while a plan is being recorded on ", self, " (copies are not recorded)")
-
     def upload(mut self, address: Int, offset: Int, host: Int, size: Int) raises:
         """Copy `size` bytes from host memory to the allocation at `address`, from its byte `offset`, in the order of
         the device's queue.
@@ -138,7 +128,6 @@ struct Device(Movable, Writable, Defaultable):
         staging memory at once and queued from there, and the host goes on; the staging is reused after the
         device's next synchronize. A larger upload (parameters, checkpoints) copies from pageable memory, waiting
         without the GIL."""
-        self.not_recording("upload")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 var destination = self.allocation(address, size, offset)
@@ -175,7 +164,6 @@ struct Device(Movable, Writable, Defaultable):
     def download(mut self, host: Int, address: Int, offset: Int, size: Int) raises:
         """Copy `size` bytes from byte `offset` of the allocation at `address` to host memory, and wait (on a GPU,
         without the GIL)."""
-        self.not_recording("download")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 var source = self.allocation(address, size, offset)
@@ -186,7 +174,6 @@ struct Device(Movable, Writable, Defaultable):
 
     def copy(mut self, destination: Int, source: Int, size: Int) raises:
         """Copy `size` bytes between two allocations of this device."""
-        self.not_recording("copy")
         if self.is_gpu():
             comptime if HAS_ACCELERATOR:
                 self.ctx().enqueue_copy(self.allocation(destination, size), self.allocation(source, size))

@@ -179,11 +179,6 @@ def cpu_parallel_for[Body: def(Int, Int) -> None](dev: DevicePtr, body: Body, n:
     dev[].split_cost_ns = (3 * dev[].split_cost_ns + cost) // 4
 
 
-def device_of(py: PythonObject) raises -> DevicePtr:
-    """The `Device` behind a Python `_engine.Device` object."""
-    return py.downcast_value_ptr[Device]()
-
-
 def args_of_slots(
     a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
     a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,

@@ -2,9 +2,10 @@
 
 Every kernel's Python entry point ends in one `Launcher`: the function that runs the kernel's tasks
 [0, n) with its operands on a device (`launch_index[body]`, `launch_rows[body]`, the GEMM's
-`launch_product[...]`, ...). While a device records (`plan_begin`), an entry point appends
-(launcher, n, operands) to the recording instead of running it (`record_or_launch`); `plan_end`
-keeps the recording as one of the device's plans, and `plan_run` replays it:
+`launch_product[...]`, ...). Python's `_engine.Device` is a `PlannedDevice`: the `Device` and the
+plans recorded on it. While it records (`plan_begin`), an entry point appends (launcher, n,
+operands) to the recording instead of running it (`record_or_launch`); `plan_end` keeps the
+recording as one of its plans, and `plan_run` replays it:
 
 - on the CPU, and on a GPU when asked, as a loop that calls the same launchers with the same
   operands in the same order (so the same bits as the calls it recorded);
@@ -16,12 +17,14 @@ A plan holds addresses, so it reads whatever those buffers hold when it runs: pe
 (ids, targets, AdamW's bias corrections) live in buffers the caller writes before each replay.
 Copies between host and device are never recorded: while a device records, they raise.
 
-The one import circle of the engine runs through here, and is the types' own: a `Device` holds its plans, a
-plan's ops hold `Launcher`s (`engine.launch`), and a launcher takes a pointer to the `Device`.
+The plans sit beside the `Device`, not in it, so the engine's imports run one way: `device` (memory and
+queue), `launch` (launchers, which take the `Device`), `plan` (recordings of launchers).
 """
 
 from std.collections import Optional
+from std.python import PythonObject
 from max.gpu.host import DeviceGraph, DeviceGraphBuilder
+from engine.device import Device
 from engine.launch import Args, DevicePtr, Launcher
 from engine.target import HAS_ACCELERATOR
 
@@ -46,35 +49,76 @@ struct Plan(Movable):
         self.graph = None
 
 
-def record_or_launch[launch: Launcher](dev: DevicePtr, n: Int, args: Args) raises:
+struct PlannedDevice(Movable, Writable, Defaultable):
+    """A device and the plans recorded on it: what Python's `_engine.Device` holds."""
+
+    var device: Device
+    var recording: Optional[Plan]  # the plan being recorded, if one is
+    var plans: List[Optional[Plan]]  # the recorded plans by id (None: freed)
+
+    def __init__(out self):
+        self.device = Device()
+        self.recording = None
+        self.plans = List[Optional[Plan]]()
+
+    def device_ptr(ref self) -> DevicePtr:
+        """The `Device`, as the launchers take it."""
+        return DevicePtr(unsafe_from_address=Int(Pointer(to=self.device)))
+
+    def not_recording(self, what: StaticString) raises:
+        """Copies run when called, so a plan never holds one: refuse them while a plan is recorded."""
+        if self.recording:
+            raise Error("a ", what, " while a plan is being recorded on ", self.device, " (copies are not recorded)")
+
+    def write_to[W: Writer](self, mut writer: W):
+        self.device.write_to(writer)
+
+    def write_repr_to[W: Writer](self, mut writer: W):
+        self.device.write_to(writer)
+
+
+comptime PlannedDevicePtr = Pointer[PlannedDevice, MutAnyOrigin]
+
+
+def planned_device_of(py: PythonObject) raises -> PlannedDevicePtr:
+    """The `PlannedDevice` behind a Python `_engine.Device` object."""
+    return py.downcast_value_ptr[PlannedDevice]()
+
+
+def device_of(py: PythonObject) raises -> DevicePtr:
+    """The `Device` behind a Python `_engine.Device` object."""
+    return planned_device_of(py)[].device_ptr()
+
+
+def record_or_launch[launch: Launcher](planned: PlannedDevicePtr, n: Int, args: Args) raises:
     """Run the launch, or append it to the device's recording if one is open."""
-    if dev[].recording:
-        dev[].recording.value().ops.append(PlanOp(launch, n, args))
+    if planned[].recording:
+        planned[].recording.value().ops.append(PlanOp(launch, n, args))
         return
-    launch(dev, n, args)
+    launch(planned[].device_ptr(), n, args)
 
 
-def plan_begin(dev: DevicePtr) raises:
-    if dev[].recording:
-        raise Error("a plan is already being recorded on ", dev[])
-    dev[].recording = Plan()
+def plan_begin(planned: PlannedDevicePtr) raises:
+    if planned[].recording:
+        raise Error("a plan is already being recorded on ", planned[].device)
+    planned[].recording = Plan()
 
 
-def plan_end(dev: DevicePtr, graph: Bool) raises -> Int:
+def plan_end(planned: PlannedDevicePtr, graph: Bool) raises -> Int:
     """Close the recording and keep it as a plan; answers its id. graph (a GPU only): replay it as a device
     graph, else as a loop of launches."""
-    if not dev[].recording:
-        raise Error("no plan is being recorded on ", dev[])
-    var plan = dev[].recording.take()
-    if graph and dev[].is_gpu():
+    if not planned[].recording:
+        raise Error("no plan is being recorded on ", planned[].device)
+    var plan = planned[].recording.take()
+    if graph and planned[].device.is_gpu():
         comptime if HAS_ACCELERATOR:
-            plan.graph = graph_of(dev, plan.ops)
-    for id in range(len(dev[].plans)):  # a freed plan's slot is reused
-        if not dev[].plans[id]:
-            dev[].plans[id] = plan^
+            plan.graph = graph_of(planned[].device_ptr(), plan.ops)
+    for id in range(len(planned[].plans)):  # a freed plan's slot is reused
+        if not planned[].plans[id]:
+            planned[].plans[id] = plan^
             return id
-    dev[].plans.append(plan^)
-    return len(dev[].plans) - 1
+    planned[].plans.append(plan^)
+    return len(planned[].plans) - 1
 
 
 def graph_of(dev: DevicePtr, ops: List[PlanOp]) raises -> DeviceGraph:
@@ -94,20 +138,21 @@ def graph_of(dev: DevicePtr, ops: List[PlanOp]) raises -> DeviceGraph:
     return DeviceGraph.create(context, build)
 
 
-def plan_run(dev: DevicePtr, id: Int) raises:
+def plan_run(planned: PlannedDevicePtr, id: Int) raises:
     """Replay plan `id`: its device graph, or its launches in order."""
-    if dev[].recording:
-        raise Error("cannot run a plan while one is being recorded on ", dev[])
-    if id < 0 or id >= len(dev[].plans) or not dev[].plans[id]:
-        raise Error("plan ", id, " does not exist on ", dev[])
-    if dev[].plans[id].value().graph:
-        dev[].plans[id].value().graph.value().replay()
+    if planned[].recording:
+        raise Error("cannot run a plan while one is being recorded on ", planned[].device)
+    if id < 0 or id >= len(planned[].plans) or not planned[].plans[id]:
+        raise Error("plan ", id, " does not exist on ", planned[].device)
+    if planned[].plans[id].value().graph:
+        planned[].plans[id].value().graph.value().replay()
         return
-    for i in range(len(dev[].plans[id].value().ops)):
-        var op = dev[].plans[id].value().ops[i]
+    var dev = planned[].device_ptr()
+    for i in range(len(planned[].plans[id].value().ops)):
+        var op = planned[].plans[id].value().ops[i]
         op.launch(dev, op.n, op.args)
 
 
-def plan_free(dev: DevicePtr, id: Int) raises:
-    if id >= 0 and id < len(dev[].plans):
-        dev[].plans[id] = None
+def plan_free(planned: PlannedDevicePtr, id: Int) raises:
+    if id >= 0 and id < len(planned[].plans):
+        planned[].plans[id] = None
