@@ -448,3 +448,27 @@ def test_train_job_on_spoken_words_without_espeak_is_one_line(tmp_path, capsys, 
     status, _, err = command(uform_main, ["train", "--data", "spoken", "--run-dir", str(tmp_path / "run")], capsys)
     assert status == 2 and "--data spoken: the spoken data set needs the espeak-ng program" in err
     assert err.count("\n") == 1
+
+
+def test_train_on_several_devices_writes_one_devices_model(tmp_path, capsys, monkeypatch):
+    """--devices cpu:2 trains the step's pairs as a world of two devices (each a row per pair of its half): the
+    model it writes is the one --device cpu writes, byte for byte. Pairs that do not split evenly, and --device
+    beside --devices, are refused."""
+    pairs = write_numbered_pairs(tmp_path / "pairs.jsonl", 12)
+    flags = ["train", "--pairs", str(pairs), "--steps", "3", "--pairs-per-step", "4", "--held-out", "4",
+             "--save-every", "0", "--depth", "1", "--hidden", "128", "--columns", "48"]
+    models, worlds = [], []
+    init_vram = uform.Trainer.init_vram
+    monkeypatch.setattr(uform.Trainer, "init_vram", lambda executor, **kw: (
+        worlds.append((len(executor.devices), kw["batch"].max_rows_per_device)), init_vram(executor, **kw))[1])
+    for devices in (["--device", "cpu"], ["--devices", "cpu:2"]):
+        run = tmp_path / devices[1].replace(":", "-")
+        status, _, err = command(uform_main, [*flags, "--run-dir", str(run), *devices], capsys)
+        assert status == 0, err
+        models.append((run / "model.safetensors").read_bytes())
+    assert worlds == [(1, 4), (2, 2)] and models[0] == models[1]
+    status, _, err = command(uform_main, [*flags, "--run-dir", str(tmp_path / "odd"), "--devices", "cpu:3"], capsys)
+    assert status == 2 and "--pairs-per-step: 4 pairs do not split evenly over 3 devices" in err
+    status, _, err = command(uform_main, [*flags, "--run-dir", str(tmp_path / "both"), "--devices", "cpu:2",
+                                          "--device", "cpu"], capsys)
+    assert status == 2 and "--device and --devices: pass one of them" in err

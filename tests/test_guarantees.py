@@ -443,6 +443,19 @@ def test_errors_for_vram_without_a_gpu():
     assert caught.value.code == ErrorCode.UNSUPPORTED and isinstance(caught.value, RuntimeError)
 
 
+def test_devices_names_read_as_executors():
+    """The names --devices takes: cpu:N is the CPU as N devices, one name is executor_from's; a list that is not
+    of GPUs, or a bad count, is INVALID_ARGUMENT naming the spec."""
+    from uform.executor import devices_executor
+
+    assert [d.name for d in devices_executor("cpu:3").devices] == ["cpu"] * 3
+    assert [d.name for d in devices_executor(" CPU ").devices] == ["cpu"]
+    for spec in ("gpu:0,cpu", "cpu:0", "gpu:x,gpu:1"):
+        with pytest.raises(UFormError) as caught:
+            devices_executor(spec)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+
+
 # ---- 6. half-applied steps ----------------------------------------------------------------------------------
 
 

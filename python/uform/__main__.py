@@ -268,16 +268,20 @@ def job_trainer(args, job: Job, executor, resume_from=None) -> uform.Trainer:
     """The trainer the flags describe for the job: a row per pair and two items, SigLIP over every pair of the
     step's items (same-document pairs ignored), and half of a media query's tokens hidden under JOINT."""
     columns = args.columns or (160 if job.audio else 128)
+    devices = len(executor.devices)
+    if args.pairs_per_step % devices:
+        raise UsageError(f"--pairs-per-step: {args.pairs_per_step} pairs do not split evenly over {devices} devices")
+    rows = args.pairs_per_step // devices  # a row per pair, each device an equal share
     items = 2 * args.pairs_per_step
     return uform.Trainer.init_vram(
         executor, resume=resume_from, depth=args.depth, hidden=args.hidden,
         objective=uform.Objective[args.objective.upper()],
-        batch=uform.BatchShape(max_rows_per_device=args.pairs_per_step, max_segments_per_device=items,
+        batch=uform.BatchShape(max_rows_per_device=rows, max_segments_per_device=2 * rows,
                                max_columns_per_row=columns, image=job.image, audio=job.audio),
         masking=uform.Masking(image_mask_ratio=args.mask_ratio, audio_mask_ratio=args.mask_ratio)
         if job.query_modality != uform.Modality.TEXT else None,
         contrastive=uform.Contrastive(temperature_groups=max(p.group for p in job.pairs) + 1,
-                                      max_edges_per_device=items * items),
+                                      max_edges_per_device=items * items // devices),
         schedule=uform.Schedule(steps=args.steps, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
                                 gradient_clip_norm=args.gradient_clip_norm), seed=args.seed,
         numerics=args.numerics)
@@ -319,6 +323,9 @@ def train_parser() -> Parser:
                             "1 for images and sounds, 0 for text)")
     model.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, split, draws and masking")
     model.add_argument("--device", help="cpu or gpu:N (default: the first GPU, else the CPU)")
+    model.add_argument("--devices", metavar="LIST",
+                       help="several devices as one world, the same bits as one device: gpu:0,gpu:1, all (every "
+                            "GPU) or cpu:N; each takes an equal share of a step's pairs (default: --device's one)")
     model.add_argument("--numerics", choices=("identical", "fast"), default="identical",
                        help="identical: the same bits on every device; fast: bf16 tensor cores on a GPU (docs/numerics.md)")
     add_run_flags(parser, save_every=100, eval_every=100)
@@ -327,7 +334,7 @@ def train_parser() -> Parser:
 
 def train(argv: list[str]) -> int:
     parser = train_parser()
-    args, run_dir, resuming = parse_run_flags(parser, argv, resumable=("device", "steps"))
+    args, run_dir, resuming = parse_run_flags(parser, argv, resumable=("device", "devices", "steps"))
     if args.hidden % 128:
         raise UsageError(f"--hidden: must be a multiple of 128 (whole attention heads of 64), got {args.hidden}")
     if args.pairs is not None:

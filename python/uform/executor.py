@@ -70,6 +70,22 @@ class Executor:
         return f"Executor({', '.join(d.name for d in self.devices)})"
 
 
+def devices_executor(spec: str) -> Executor:
+    """An executor of several devices from a name: 'gpu:0,gpu:1' (those GPUs), 'all' (every GPU) or 'cpu:N' (the
+    CPU as N devices, ``Executor.for_ram(N)``); a single name as ``executor_from`` reads it."""
+    name = spec.strip().lower()
+    if name == "all":
+        return Executor.for_vram()
+    if name.startswith("cpu:") and name[4:].isdigit():
+        return Executor.for_ram(int(name[4:]))
+    names = [part.strip() for part in name.split(",")]
+    if len(names) > 1:
+        if not all(part.startswith("gpu:") and part[4:].isdigit() for part in names):
+            raise _refused(f"cannot make an executor from {spec!r}: list GPUs as 'gpu:0,gpu:1'")
+        return Executor.for_vram([int(part[4:]) for part in names])
+    return executor_from(name)
+
+
 def executor_from(spec) -> Executor:
     """An Executor from an Executor, a Device, or a name: 'cpu', 'gpu' or 'gpu:N'."""
     if isinstance(spec, Executor):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import tomli_w
 
-from .executor import Executor, default_executor, executor_from
+from .executor import Executor, default_executor, devices_executor, executor_from
 from .files import write_atomically
 
 if sys.version_info >= (3, 11):
@@ -217,11 +217,16 @@ def add_run_flags(parser: argparse.ArgumentParser, *, save_every: int, eval_ever
 
 
 def device_executor(args) -> Executor:
-    """The executor --device names, else the default one."""
+    """The executor --device (or, where the program has it, --devices) names, else the default one."""
+    devices = getattr(args, "devices", None)
+    if devices and args.device:
+        raise UsageError("--device and --devices: pass one of them")
     try:
+        if devices:
+            return devices_executor(devices)
         return executor_from(args.device) if args.device else default_executor()
     except (ValueError, RuntimeError) as error:
-        raise UsageError(f"--device: {error}") from None
+        raise UsageError(f"--{'devices' if devices else 'device'}: {error}") from None
 
 
 def falls_on(step: int, period: int) -> bool:
