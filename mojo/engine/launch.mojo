@@ -17,6 +17,7 @@ next begins, as at a barrier (`launch_teams`): its body takes how many threads o
 call plays as a compile-time parameter.
 """
 
+from std.builtin.device_passable import DevicePassable, DeviceTypeEncoder
 from std.collections import Optional
 from std.sys import llvm_intrinsic, num_physical_cores
 from std.time import perf_counter_ns
@@ -58,12 +59,22 @@ struct Interface(ImplicitlyCopyable, Movable):
 
 
 @fieldwise_init
-struct Args(ImplicitlyCopyable, Movable):
-    """A kernel's operands in slots: ADDRESS_SLOTS addresses, SIZE_SLOTS sizes, SCALAR_SLOTS scalars."""
+struct Args(DevicePassable, ImplicitlyCopyable, Movable):
+    """A kernel's operands in slots: ADDRESS_SLOTS addresses, SIZE_SLOTS sizes, SCALAR_SLOTS scalars. A GPU kernel
+    takes them as one parameter (DevicePassable: the struct's bytes, as the host holds them)."""
+
+    comptime device_type: AnyType = Self
 
     var addresses: SIMD[DType.int64, 16]  # ADDRESS_SLOTS used (a SIMD width is a power of two)
     var sizes: SIMD[DType.int64, SIZE_SLOTS]
     var scalars: SIMD[DType.float32, SCALAR_SLOTS]
+
+    def _to_device_type(self, mut encoder: Some[DeviceTypeEncoder], target: MutOpaquePointer[_]):
+        target.bitcast[Self]()[] = self
+
+    @staticmethod
+    def get_type_name() -> String:
+        return "Args"
 
     @staticmethod
     def empty() -> Args:
@@ -179,58 +190,22 @@ def cpu_parallel_for[Body: def(Int, Int) -> None](dev: DevicePtr, body: Body, n:
     dev[].split_cost_ns = (3 * dev[].split_cost_ns + cost) // 4
 
 
-def args_of_slots(
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-) -> Args:
-    """Args from the slots a GPU kernel receives one by one (a kernel's arguments must be plain scalars)."""
-    var args = Args.empty()
-    var addresses = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-    comptime for i in range(ADDRESS_SLOTS):
-        args.addresses[i] = addresses[i]
-    var sizes = (n0, n1, n2, n3, n4, n5, n6, n7)
-    comptime for i in range(SIZE_SLOTS):
-        args.sizes[i] = sizes[i]
-    var scalars = (x0, x1, x2, x3, x4, x5, x6, x7)
-    comptime for i in range(SCALAR_SLOTS):
-        args.scalars[i] = scalars[i]
-    return args
-
-
-def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](
-    n: Int64,
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-):
+def group_kernel[lanes: Int, body: def(Int, Int, Args) thin -> None](n: Int64, args: Args):
     """The GPU launcher: `lanes` consecutive threads share task i and run body(i, lane, args)."""
     var thread = Int(global_idx.x)
     var task = thread // lanes
     if task < Int(n):
-        var args = args_of_slots(
-            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
-            n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
-        )
         body(task, thread % lanes, args)
 
 
 def enqueue_slots[
     Slots: TypeList[Trait=AnyType, ...], //, kernel: def(* args: * Slots) thin -> None
 ](dev: DevicePtr, n: Int, threads: Int, args: Args) raises:
-    """Launch `kernel` (group_kernel, element_kernel: n, then the slots of Args one by one) over n tasks on the GPU,
+    """Launch `kernel` (group_kernel, element_kernel: n, then Args) over n tasks on the GPU,
     with at least `threads` threads in blocks of GPU_BLOCK."""
     comptime if HAS_ACCELERATOR:
-        var a = args.addresses
-        var s = args.sizes
-        var x = args.scalars
         dev[].ctx().enqueue_function[kernel](
-            Int64(n),
-            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+            Int64(n), args,
             grid_dim=gpu_blocks(threads),
             block_dim=GPU_BLOCK,
         )
@@ -239,21 +214,16 @@ def enqueue_slots[
 def enqueue_blocks[
     Slots: TypeList[Trait=AnyType, ...], //, kernel: def(* args: * Slots) thin -> None, dynamic_shared: Int = 0
 ](dev: DevicePtr, blocks: Int, team: Int, args: Args) raises:
-    """Launch `kernel` (team_kernel, gpu_team_kernel: the slots of Args one by one) as `blocks` blocks of `team`
+    """Launch `kernel` (team_kernel, gpu_team_kernel: Args) as `blocks` blocks of `team`
     threads on the GPU, with `dynamic_shared` bytes of dynamic shared memory a block (none for 0)."""
     comptime if HAS_ACCELERATOR:
-        var a = args.addresses
-        var s = args.sizes
-        var x = args.scalars
         var shared_bytes = Optional[Int](None)
         var attribute = Optional[FuncAttribute](None)
         comptime if dynamic_shared > 0:
             shared_bytes = dynamic_shared
             attribute = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(dynamic_shared))
         dev[].ctx().enqueue_function[kernel](
-            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+            args,
             grid_dim=blocks,
             block_dim=team,
             shared_mem_bytes=shared_bytes,
@@ -321,21 +291,11 @@ body[1] computes it alone (the portable math is written over lanes that never in
 comptime GPU_LANES = 4  # elements a GPU thread computes, as one vector: four independent chains in flight
 
 
-def element_kernel[body: ElementBody, lanes: Int](
-    n: Int64,
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-):
+def element_kernel[body: ElementBody, lanes: Int](n: Int64, args: Args):
     """The GPU launcher of an element-wise kernel: thread t computes elements [lanes·t, lanes·t + lanes) of [0, n)
     as one body[lanes] call, or the last few one by one."""
     var first = Int(global_idx.x) * lanes
     if first < Int(n):
-        var args = args_of_slots(
-            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
-            n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
-        )
         if first + lanes <= Int(n):
             body[lanes](first, args)
         else:
@@ -374,19 +334,10 @@ team's shared floats."""
 @__llvm_metadata(
     MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(per_sm)
 )
-def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int](
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-):
+def team_kernel[D: Int, team: Int, scratch: Int, body: TeamBody, per_sm: Int](args: Args):
     """The GPU launcher of a team kernel: block i is the team of task i, each thread plays itself; `per_sm` teams
     are meant to share a multiprocessor (a register budget for the compiler)."""
     var shared = stack_allocation[scratch, Float32, alignment=64, address_space=AddressSpace.SHARED]()
-    var args = args_of_slots(
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
-        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
-    )
     body[D, 1, AddressSpace.SHARED](Int(block_idx.x), Int(thread_idx.x), args, shared)
 
 
@@ -426,18 +377,9 @@ of the block that computes task; each thread reads its own `thread_idx` and the 
 @__llvm_metadata(
     MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(team)), `nvvm.minctasm`=SIMDLength(per_sm)
 )
-def gpu_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-):
+def gpu_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuTeamBody](args: Args):
     """Block i of `team` threads computes task i; `per_sm` blocks are meant to share a multiprocessor (a register
     budget for the compiler)."""
-    var args = args_of_slots(
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
-        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
-    )
     body[D](Int(block_idx.x), args)
 
 
@@ -452,17 +394,9 @@ addresses (kernel parameters, so grid constants, as cp.async.bulk.tensor wants t
 @__llvm_arg_metadata(a_map, `nvvm.grid_constant`)
 @__llvm_arg_metadata(b_map, `nvvm.grid_constant`)
 def gpu_mapped_team_kernel[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamBody](
-    a0: Int64, a1: Int64, a2: Int64, a3: Int64, a4: Int64, a5: Int64,
-    a6: Int64, a7: Int64, a8: Int64, a9: Int64, a10: Int64, a11: Int64,
-    n0: Int64, n1: Int64, n2: Int64, n3: Int64, n4: Int64, n5: Int64, n6: Int64, n7: Int64,
-    x0: Float32, x1: Float32, x2: Float32, x3: Float32, x4: Float32, x5: Float32, x6: Float32, x7: Float32,
-    a_map: TMADescriptor, b_map: TMADescriptor,
+    args: Args, a_map: TMADescriptor, b_map: TMADescriptor
 ):
-    """gpu_team_kernel with two tensor maps beside the slots."""
-    var args = args_of_slots(
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
-        n0, n1, n2, n3, n4, n5, n6, n7, x0, x1, x2, x3, x4, x5, x6, x7
-    )
+    """gpu_team_kernel with two tensor maps beside Args."""
     body[D](Int(block_idx.x), args, Int(Pointer(to=a_map)), Int(Pointer(to=b_map)))
 
 
@@ -470,19 +404,14 @@ def launch_gpu_mapped_teams[D: Int, team: Int, per_sm: Int, body: GpuMappedTeamB
     dev: DevicePtr, n: Int, args: Args, a_map: TMADescriptor, b_map: TMADescriptor
 ) raises:
     """launch_gpu_teams for a body that reads its operands through the tensor maps a_map and b_map. A launcher of
-    its own because the maps are two more kernel parameters beside Args' slots (grid constants; 128 bytes each),
+    its own because the maps are two more kernel parameters beside Args (grid constants; 128 bytes each),
     which the other team kernels need not carry."""
     if not dev[].is_gpu():
         raise Error("a GPU-only kernel was called on the CPU")
     comptime if HAS_ACCELERATOR:
         if n > 0:
-            var a = args.addresses
-            var s = args.sizes
-            var x = args.scalars
             dev[].ctx().enqueue_function[gpu_mapped_team_kernel[D, team, per_sm, body]](
-                a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                args,
                 a_map, b_map,
                 grid_dim=n,
                 block_dim=team,
