@@ -45,6 +45,9 @@ def test_default_dimensions():
     ({"mlp": 2.5}, "mlp"),
     ({"norm_eps": 0.0}, "norm_eps"),
     ({"rope_base": float("inf")}, "rope_base"),
+    ({"rope_base": 1e39}, "rope_base"),   # finite in float64, infinite in the engine's float32
+    ({"norm_eps": 1e39}, "norm_eps"),
+    ({"norm_eps": 1e-50}, "norm_eps"),    # zero in float32
 ])
 def test_invalid_config_names_the_field(fields, named):
     with pytest.raises(ValueError, match=named):

@@ -348,3 +348,19 @@ def test_a_negative_clip_norm_is_refused():
                                            batch=uform.BatchShape(max_rows_per_device=1, max_segments_per_device=1,
                                                                   max_columns_per_row=8),
                                            schedule=uform.Schedule(steps=10, gradient_clip_norm=-1.0))
+
+
+def test_a_seed_is_any_u64(tmp_path):
+    """The seeds type a run's seed u64: 2**64 - 1 trains, saves and resumes to the same step; 2**64 and -1 are
+    refused naming the field."""
+    trainer = tiny(seed=2**64 - 1)
+    trainer.step([uform.Modality.TEXT] * 8, TEXTS)
+    trainer.save(tmp_path / "top.safetensors")
+    resumed = uform.Trainer.init_vram(uform.Executor.for_ram(), resume=tmp_path / "top.safetensors", depth=1,
+                                      hidden=128, objective=uform.Objective.JOINT, batch=trainer.run.batch,
+                                      schedule=trainer.run.schedule, seed=2**64 - 1)
+    assert resumed.completed_steps == 1
+    np.testing.assert_array_equal(resumed.parameters()["embedding"], trainer.parameters()["embedding"])
+    for seed in (2**64, -1):
+        with pytest.raises(uform.UFormError, match=r"seed: must be an integer in \[0, 2\*\*64\)"):
+            tiny(seed=seed)

@@ -74,8 +74,9 @@ class LanguageModelConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise value_error(f"{name} must be a number, got {value!r}")
             value = float(value)
-            if not (math.isfinite(value) and value > 0):
-                raise value_error(f"{name} must be positive and finite, got {value}")
+            if not (math.isfinite(value) and np.finfo(np.float32).tiny <= value <= np.finfo(np.float32).max):
+                raise value_error(f"{name} must be a positive, normal float32 (the engine computes in float32), "
+                                  f"got {value}")
             object.__setattr__(self, name, value)
         if self.width % self.heads:
             raise value_error(f"width ({self.width}) must be a multiple of heads ({self.heads})")

@@ -33,8 +33,8 @@ def start_run(executor: Executor, mesh: Mesh | None, resume, settings: dict, *, 
         if mesh is not None and mesh.executor is not executor:
             raise UFormError(ErrorCode.INVALID_ARGUMENT, "mesh: it was made over another executor; pass the "
                                                          "executor the mesh was bootstrapped with")
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**63), got {seed!r}")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+            raise UFormError(ErrorCode.INVALID_ARGUMENT, f"seed: must be an integer in [0, 2**64) (a u64), got {seed!r}")
         run = validate_run(**settings)
         requested = numerics
         numerics = None if numerics is None else run_numerics(numerics, executor)
