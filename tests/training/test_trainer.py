@@ -3,6 +3,7 @@ reimplementation, learning, exact resume, and the refusal semantics."""
 
 import hashlib
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -364,3 +365,26 @@ def test_a_seed_is_any_u64(tmp_path):
     for seed in (2**64, -1):
         with pytest.raises(uform.UFormError, match=r"seed: must be an integer in \[0, 2\*\*64\)"):
             tiny(seed=seed)
+
+
+def test_a_cancelled_deferred_step_leaves_nothing_in_flight():
+    """Deferred steps withdrawn before they start give back what they held: the in-flight count (which the next
+    steps' prepared batches assume) and the decoding slots; the steps after them train as if they were never
+    submitted (to the bits of blocking steps)."""
+    executor = uform.Executor.for_ram()
+    blocking, deferred = tiny(executor=executor), tiny(executor=executor)
+    for _ in range(2):
+        blocking.step([uform.Modality.TEXT] * 8, TEXTS)
+    receiver = deferred.deferred(executor)
+    gate = threading.Event()
+    deferred._worker.submit(gate.wait)  # holds the worker, so the steps below wait their turn
+    withdrawn = [receiver.step([uform.Modality.TEXT] * 8, TEXTS) for _ in range(2)]
+    assert [handle.cancel() for handle in withdrawn] == [True, True]
+    assert deferred._prefetch.in_flight == 0 and not deferred._prefetch.queue
+    gate.set()
+    handles = [receiver.step([uform.Modality.TEXT] * 8, TEXTS) for _ in range(2)]
+    assert [handle.wait(60) for handle in handles] == [True, True]
+    assert all(handle.exception() is None for handle in handles)
+    assert deferred.completed_steps == 2 and deferred._prefetch.in_flight == 0
+    np.testing.assert_array_equal(deferred.parameters()["embedding"], blocking.parameters()["embedding"])
+    deferred.close()

@@ -196,15 +196,20 @@ class DeferredOn:
             prefetch.decoding.release()
             raise
 
+        def finished() -> None:  # the step ran, or was cancelled before it could
+            if prepared is not None:
+                prefetch.step_done(prepared)
+            prefetch.decoding.release()
+
         def run():
             try:
                 return trainer.step(modalities, contents, _decoded=decoded, _prepared=prepared, **options)
             finally:
-                if prepared is not None:
-                    prefetch.step_done(prepared)
-                prefetch.decoding.release()
+                finished()
 
-        return Deferred(self._worker.submit(run))
+        future = self._worker.submit(run)
+        future.add_done_callback(lambda done: finished() if done.cancelled() else None)
+        return Deferred(future)
 
     def save(self, *args, **kwargs) -> Deferred:
         return Deferred(self._worker.submit(self._trainer.save, *args, **kwargs))
