@@ -80,10 +80,16 @@ def devices_executor(spec: str) -> Executor:
         return Executor.for_ram(int(name[4:]))
     names = [part.strip() for part in name.split(",")]
     if len(names) > 1:
-        if not all(part.startswith("gpu:") and part[4:].isdigit() for part in names):
+        ordinals = [gpu_ordinal(part) for part in names]
+        if None in ordinals:
             raise _refused(f"cannot make an executor from {spec!r}: list GPUs as 'gpu:0,gpu:1'")
-        return Executor.for_vram([int(part[4:]) for part in names])
+        return Executor.for_vram(ordinals)
     return executor_from(name)
+
+
+def gpu_ordinal(name: str) -> int | None:
+    """N of a device name 'gpu:N' (lower case, stripped), else None."""
+    return int(name[4:]) if name.startswith("gpu:") and name[4:].isdigit() else None
 
 
 def executor_from(spec) -> Executor:
@@ -98,8 +104,8 @@ def executor_from(spec) -> Executor:
             return Executor.for_ram()
         if name == "gpu":
             return Executor.for_vram([0])
-        if name.startswith("gpu:") and name[4:].isdigit():
-            return Executor.for_vram([int(name[4:])])
+        if (ordinal := gpu_ordinal(name)) is not None:
+            return Executor.for_vram([ordinal])
     raise _refused(f"cannot make an executor from {spec!r}: pass an Executor, a Device, 'cpu' or 'gpu:N'")
 
 
